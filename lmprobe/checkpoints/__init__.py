@@ -1,0 +1,5 @@
+"""Find, read and load checkpoints: HF directories, the hub cache, GGUF files, embedded defaults."""
+
+from lmprobe.checkpoints.load import Loaded, build, load
+
+__all__ = ["Loaded", "build", "load"]

@@ -1,0 +1,97 @@
+"""Turn a resolved checkpoint into a Flax model: one tensor at a time, checked, placed.
+
+The model is first built abstractly (no memory); each parameter is then read from the
+checkpoint under the HF name its family's table gives, checked against the expected shape,
+cast, and placed (by default on the default device; the engine passes a placement that puts
+each parameter straight onto its sharding).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from lmprobe.errors import CheckpointError
+from lmprobe.models import Family, family_for
+
+Placement = Callable[[np.ndarray, tuple], jax.Array]
+
+
+class Loaded(NamedTuple):
+    model: nnx.Module
+    tokenizer: object
+    family: Family
+    config: object  # the family's config dataclass
+    checkpoint: object  # lmprobe.checkpoints.resolve.Checkpoint
+
+
+def load(name: str, *, dtype=jnp.float32, param_dtype=None, place: Placement | None = None,
+         offline: bool | None = None, allow_pickle: bool = False) -> Loaded:
+    """Resolve ``name`` (path, hub id, alias, GGUF, embedded default) and build its model and tokenizer."""
+    from lmprobe.checkpoints.resolve import resolve
+
+    ckpt = resolve(name, offline=offline, allow_pickle=allow_pickle)
+    family = family_for(ckpt.config, where=ckpt.location)
+    model, cfg = build(family, ckpt.config, ckpt.tensors, dtype=dtype, param_dtype=param_dtype,
+                       place=place, where=ckpt.location)
+    return Loaded(model, ckpt.tokenizer(), family, cfg, ckpt)
+
+
+def build(family: Family, hf_config: dict, tensors, *, dtype=jnp.float32, param_dtype=None,
+          place: Placement | None = None, where: str = "checkpoint"):
+    """Build ``family``'s model from HF config and tensors; returns (model, family config)."""
+    param_dtype = param_dtype or dtype
+    cfg = family.config_from_hf(hf_config)
+    abstract = nnx.eval_shape(lambda: family.model(cfg, dtype=dtype, param_dtype=param_dtype,
+                                                   rngs=nnx.Rngs(0)))
+    graphdef, state = nnx.split(abstract)
+    place = place or (lambda array, axes: jnp.asarray(array))
+    available = set(tensors.names())
+    for path, var in nnx.to_flat_state(state):
+        key = ".".join(map(str, path))
+        if key not in family.hf_params:
+            raise AssertionError(f"{family.name}: parameter {key} has no entry in the HF name table")
+        want = tuple(var.get_value().shape)
+        array = _read(family, family.hf_params[key], tensors, available, want, where)
+        var.set_value(place(array.astype(param_dtype), tuple(var.get_metadata()["axes"])))
+    return nnx.merge(graphdef, state), cfg
+
+
+def _read(family: Family, rule, tensors, available: set[str], want: tuple, where: str) -> np.ndarray:
+    """The tensor for one parameter (stacked over layers when its name has ``{i}``), checked."""
+    if "{i}" in rule.name:
+        parts = [_read_one(family, rule.name.format(i=i), rule.transpose, tensors, available, want[1:], where)
+                 for i in range(want[0])]
+        return np.stack(parts)
+    return _read_one(family, rule.name, rule.transpose, tensors, available, want, where)
+
+
+def _read_one(family, name, transpose, tensors, available, want, where) -> np.ndarray:
+    found = _find(name, family.base_prefix, available)
+    if found is None:
+        raise CheckpointError(
+            f"tensor {name!r} is missing from {where} ({family.name} checkpoint with "
+            f"{len(available)} tensors): the checkpoint is incomplete or does not match its "
+            "config.json; re-download or re-export it")
+    shape = tuple(tensors.shape(found))
+    expected = tuple(reversed(want)) if transpose else want
+    if shape != expected:
+        raise CheckpointError(
+            f"tensor {found!r} in {where} has shape {shape}, but the config.json implies {expected}: "
+            "the weights and config.json belong to different models; use the config saved with them")
+    array = np.asarray(tensors.read(found))
+    return array.T if transpose else array
+
+
+def _find(name: str, prefix: str, available: set[str]) -> str | None:
+    """``name`` as stored: as is, without the base-model prefix, or with it."""
+    candidates = [name]
+    if prefix and name.startswith(prefix):
+        candidates.append(name[len(prefix):])
+    elif prefix:
+        candidates.append(prefix + name)
+    return next((c for c in candidates if c in available), None)

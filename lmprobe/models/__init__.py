@@ -1,0 +1,27 @@
+"""Flax NNX model families, looked up by the ``model_type`` of a Hugging Face config."""
+
+from __future__ import annotations
+
+from lmprobe.errors import CheckpointError
+from lmprobe.models import llama
+from lmprobe.models.base import HF, Family, ModelOutput
+
+# model_type (config.json) -> family
+FAMILIES: dict[str, Family] = {
+    "llama": llama.FAMILY,
+    "mistral": llama.FAMILY,
+}
+
+
+def family_for(config: dict, *, where: str = "the checkpoint") -> Family:
+    """The family that implements ``config['model_type']``, or a clear error."""
+    model_type = config.get("model_type")
+    if model_type not in FAMILIES:
+        raise CheckpointError(
+            f"model_type {model_type!r} in the config.json of {where} is not supported; "
+            f"supported model types: {', '.join(sorted(FAMILIES))}. Use a model of one of these "
+            "architectures, or add a family under lmprobe/models/")
+    return FAMILIES[model_type]
+
+
+__all__ = ["FAMILIES", "Family", "HF", "ModelOutput", "family_for"]

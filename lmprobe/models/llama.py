@@ -1,0 +1,171 @@
+"""Llama family: LLaMA, Llama-2/3, SmolLM2 and Mistral-style grouped-query attention.
+
+Mirrors transformers' modeling_llama.py: pre-norm blocks with RMSNorm, RoPE on q and k,
+SwiGLU MLP, optional tied LM head, optional sliding-window attention (Mistral).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from lmprobe.models.base import HF, Family, ModelOutput, frozen, hf_hidden_states, hf_rope, run_blocks
+from lmprobe.models.layers import (
+    Embed, Linear, RMSNorm, activation, apply_rope, attention_bias, default_positions,
+    dot_product_attention, rope_inv_freq, stacked, update_cache)
+
+
+@dataclasses.dataclass(frozen=True)
+class LlamaConfig:
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    rope_scaling: tuple | None = None  # HF's rope_scaling dict as sorted (key, value) items
+    max_position_embeddings: int = 2048
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    hidden_act: str = "silu"
+    sliding_window: int | None = None
+
+    @classmethod
+    def from_hf(cls, c: dict) -> "LlamaConfig":
+        heads = c["num_attention_heads"]
+        theta, scaling = hf_rope(c)
+        return cls(
+            vocab_size=c["vocab_size"], hidden_size=c["hidden_size"],
+            intermediate_size=c["intermediate_size"], num_hidden_layers=c["num_hidden_layers"],
+            num_attention_heads=heads, num_key_value_heads=c.get("num_key_value_heads") or heads,
+            head_dim=c.get("head_dim") or c["hidden_size"] // heads,
+            rms_norm_eps=c.get("rms_norm_eps", 1e-6), rope_theta=theta, rope_scaling=frozen(scaling),
+            max_position_embeddings=c.get("max_position_embeddings", 2048),
+            tie_word_embeddings=c.get("tie_word_embeddings", False),
+            attention_bias=c.get("attention_bias", False), mlp_bias=c.get("mlp_bias", False),
+            hidden_act=c.get("hidden_act", "silu"),
+            sliding_window=c.get("sliding_window") if c.get("use_sliding_window", True) else None)
+
+
+class LlamaAttention(nnx.Module):
+    def __init__(self, cfg: LlamaConfig, *, dtype, param_dtype, rngs):
+        d, h, kv, hd = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        kw = dict(use_bias=cfg.attention_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.q_proj = Linear(d, h * hd, axes=("embed", "heads"), **kw)
+        self.k_proj = Linear(d, kv * hd, axes=("embed", "kv_heads"), **kw)
+        self.v_proj = Linear(d, kv * hd, axes=("embed", "kv_heads"), **kw)
+        self.o_proj = Linear(h * hd, d, axes=("heads", "embed"), **kw)
+        self.shape = (h, kv, hd)
+        self.inv_freq = rope_inv_freq(hd, cfg.rope_theta, cfg.rope_scaling)  # static tuple
+
+    def __call__(self, x, *, bias, positions, cache, cache_index):
+        (b, t, _), (h, kv, hd) = x.shape, self.shape
+        q = apply_rope(self.q_proj(x).reshape(b, t, h, hd), positions, self.inv_freq)
+        k = apply_rope(self.k_proj(x).reshape(b, t, kv, hd), positions, self.inv_freq)
+        v = self.v_proj(x).reshape(b, t, kv, hd)
+        k, v, cache = update_cache(cache, k, v, cache_index)
+        return self.o_proj(dot_product_attention(q, k, v, bias, scale=hd ** -0.5)), cache
+
+
+class LlamaMLP(nnx.Module):
+    def __init__(self, cfg: LlamaConfig, *, dtype, param_dtype, rngs):
+        d, m = cfg.hidden_size, cfg.intermediate_size
+        kw = dict(use_bias=cfg.mlp_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.gate_proj = Linear(d, m, axes=("embed", "mlp"), **kw)
+        self.up_proj = Linear(d, m, axes=("embed", "mlp"), **kw)
+        self.down_proj = Linear(m, d, axes=("mlp", "embed"), **kw)
+        self.act = activation(cfg.hidden_act)
+
+    def __call__(self, x):
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+
+
+class LlamaBlock(nnx.Module):
+    def __init__(self, cfg: LlamaConfig, *, dtype, param_dtype, rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps, **kw)
+        self.self_attn = LlamaAttention(cfg, **kw)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps, **kw)
+        self.mlp = LlamaMLP(cfg, **kw)
+
+    def __call__(self, x, *, bias, positions, cache, cache_index):
+        a, cache = self.self_attn(self.input_layernorm(x), bias=bias, positions=positions,
+                                  cache=cache, cache_index=cache_index)
+        x = x + a
+        return x + self.mlp(self.post_attention_layernorm(x)), cache
+
+
+class Llama(nnx.Module):
+    """Causal LM: ``model(input_ids, attention_mask) -> ModelOutput`` with fp32 logits."""
+
+    def __init__(self, cfg: LlamaConfig, *, dtype=jnp.float32, param_dtype=jnp.float32, rngs: nnx.Rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype)
+        self.config = cfg
+        self.embed_tokens = Embed(cfg.vocab_size, cfg.hidden_size, rngs=rngs, **kw)
+        self.layers = stacked(lambda r: LlamaBlock(cfg, rngs=r, **kw), cfg.num_hidden_layers, rngs)
+        self.norm = RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps, rngs=rngs, **kw)
+        self.lm_head = None if cfg.tie_word_embeddings else Linear(
+            cfg.hidden_size, cfg.vocab_size, axes=("embed", "vocab"), use_bias=False, rngs=rngs, **kw)
+
+    def embed(self, input_ids):
+        return self.embed_tokens(input_ids)
+
+    def logits(self, hidden):
+        """fp32 logits for final hidden states (call it only at the positions you need)."""
+        if self.lm_head is None:
+            return self.embed_tokens.attend(hidden)
+        return jnp.einsum("...d,dv->...v", hidden, self.lm_head.kernel[...].astype(hidden.dtype),
+                          preferred_element_type=jnp.float32)
+
+    def __call__(self, input_ids=None, attention_mask=None, *, inputs_embeds=None, positions=None,
+                 cache=None, cache_index=0, output_hidden_states=False, compute_logits=True):
+        h = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
+        b, t = h.shape[:2]
+        key_mask = jnp.ones((b, t), bool) if attention_mask is None else attention_mask
+        positions = default_positions(key_mask) if positions is None else positions
+        bias = attention_bias(key_mask, t, causal=True, query_offset=cache_index,
+                              sliding_window=self.config.sliding_window)
+        out, per_layer, cache = run_blocks(self.layers, h, bias=bias, positions=positions, cache=cache,
+                                           cache_index=cache_index,
+                                           output_hidden_states=output_hidden_states)
+        last = self.norm(out)
+        return ModelOutput(last, hf_hidden_states(h, per_layer, last),
+                           self.logits(last) if compute_logits else None, cache)
+
+
+_L = "model.layers.{i}."
+FAMILY = Family(
+    name="llama",
+    config_from_hf=LlamaConfig.from_hf,
+    model=Llama,
+    base_prefix="model.",
+    is_decoder=True,
+    hf_params={
+        "embed_tokens.embedding": HF("model.embed_tokens.weight"),
+        "layers.input_layernorm.weight": HF(_L + "input_layernorm.weight"),
+        "layers.self_attn.q_proj.kernel": HF(_L + "self_attn.q_proj.weight", transpose=True),
+        "layers.self_attn.q_proj.bias": HF(_L + "self_attn.q_proj.bias"),
+        "layers.self_attn.k_proj.kernel": HF(_L + "self_attn.k_proj.weight", transpose=True),
+        "layers.self_attn.k_proj.bias": HF(_L + "self_attn.k_proj.bias"),
+        "layers.self_attn.v_proj.kernel": HF(_L + "self_attn.v_proj.weight", transpose=True),
+        "layers.self_attn.v_proj.bias": HF(_L + "self_attn.v_proj.bias"),
+        "layers.self_attn.o_proj.kernel": HF(_L + "self_attn.o_proj.weight", transpose=True),
+        "layers.self_attn.o_proj.bias": HF(_L + "self_attn.o_proj.bias"),
+        "layers.post_attention_layernorm.weight": HF(_L + "post_attention_layernorm.weight"),
+        "layers.mlp.gate_proj.kernel": HF(_L + "mlp.gate_proj.weight", transpose=True),
+        "layers.mlp.gate_proj.bias": HF(_L + "mlp.gate_proj.bias"),
+        "layers.mlp.up_proj.kernel": HF(_L + "mlp.up_proj.weight", transpose=True),
+        "layers.mlp.up_proj.bias": HF(_L + "mlp.up_proj.bias"),
+        "layers.mlp.down_proj.kernel": HF(_L + "mlp.down_proj.weight", transpose=True),
+        "layers.mlp.down_proj.bias": HF(_L + "mlp.down_proj.bias"),
+        "norm.weight": HF("model.norm.weight"),
+        "lm_head.kernel": HF("lm_head.weight", transpose=True),
+    },
+)

@@ -1,0 +1,11 @@
+"""Test session setup: CPU only, no network, fp32 matmuls."""
+
+import os
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import jax  # noqa: E402
+
+jax.config.update("jax_default_matmul_precision", "highest")

@@ -1,0 +1,66 @@
+"""Parity harness: a tiny random Hugging Face model (torch) against lmprobe's Flax model.
+
+The HF model is given random values for *every* parameter (norm scales and biases included), so
+that a wrong or missing name mapping cannot hide behind default initialisation; it is saved as
+safetensors and loaded back through lmprobe's real loader.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from lmprobe.checkpoints import load
+
+
+def randomize(model: torch.nn.Module, seed: int = 0) -> torch.nn.Module:
+    """Give every parameter a random value of sensible scale."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim == 1:
+                p.add_(0.2 * torch.randn(p.shape, generator=gen))
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen) / np.sqrt(p.shape[-1]))
+    return model.eval()
+
+
+def save_random(model_cls, config, path, seed: int = 0) -> torch.nn.Module:
+    """Build ``model_cls(config)`` with random weights, save it to ``path`` as safetensors."""
+    torch.manual_seed(seed)
+    model = randomize(model_cls(config), seed)
+    model.save_pretrained(path, safe_serialization=True)
+    return model
+
+
+def padded_batch(vocab_size: int, lengths=(9, 5, 1), seed: int = 0, left=False):
+    """Random ids [B, T] and an attention mask for sequences of different lengths, padded."""
+    rng = np.random.default_rng(seed)
+    t = max(lengths)
+    ids = rng.integers(3, vocab_size, size=(len(lengths), t))
+    mask = np.zeros_like(ids)
+    for row, n in enumerate(lengths):
+        if left:
+            mask[row, t - n:] = 1
+        else:
+            mask[row, :n] = 1
+    return ids, mask
+
+
+def max_diffs(path, hf_model, ids, mask, **hf_kwargs) -> dict:
+    """Max |difference| of logits (if any) and of every hidden state, over real tokens only."""
+    loaded = load(str(path))
+    with torch.no_grad():
+        ref = hf_model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask),
+                       output_hidden_states=True, **hf_kwargs)
+    out = loaded.model(np.asarray(ids), np.asarray(mask), output_hidden_states=True)
+    real = mask.astype(bool)
+    diffs = {}
+    if getattr(ref, "logits", None) is not None:
+        diffs["logits"] = float(np.abs(np.asarray(out.logits) - ref.logits.numpy())[real].max())
+    ours = np.asarray(out.hidden_states)
+    assert ours.shape[0] == len(ref.hidden_states), (ours.shape, len(ref.hidden_states))
+    diffs["hidden"] = max(float(np.abs(ours[i] - h.numpy())[real].max())
+                          for i, h in enumerate(ref.hidden_states))
+    diffs["last_hidden"] = float(np.abs(np.asarray(out.last_hidden_state) - ref.hidden_states[-1].numpy())[real].max())
+    return diffs
