@@ -1,0 +1,1 @@
+"""Command-line front ends: `python -m experiments.<name> --flag=value`."""

@@ -1,0 +1,63 @@
+"""Smoke run: load both embedded models, score a sentence, embed two sentences.
+
+    python -m experiments.smoke [--model=smollm2-135m] [--encoder=minilm-l6]
+"""
+
+from __future__ import annotations
+
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from experiments.cli import DTYPES, main_guard, parser
+from lmprobe.checkpoints import load
+
+
+def _timed_load(name, args):
+    start = time.perf_counter()
+    loaded = load(name, dtype=DTYPES[args.dtype], offline=args.offline, allow_pickle=args.allow_pickle)
+    jax.block_until_ready(nnx.state(loaded.model))
+    return loaded, time.perf_counter() - start
+
+
+def sentence_nll(loaded, text: str) -> tuple[float, int]:
+    """Mean next-token negative log-likelihood (nats) of ``text`` and its token count."""
+    ids = loaded.tokenizer(text)["input_ids"]
+    ids = jnp.asarray([ids])
+    logits = loaded.model(ids).logits[0, :-1]
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    nll = -jnp.take_along_axis(logp, ids[0, 1:, None], axis=-1).mean()
+    return float(nll), ids.shape[1]
+
+
+def mean_pooled(loaded, texts: list[str]) -> np.ndarray:
+    batch = loaded.tokenizer(texts, padding=True, return_tensors="np")
+    out = loaded.model(batch["input_ids"], batch["attention_mask"])
+    mask = batch["attention_mask"][..., None]
+    return np.asarray((out.last_hidden_state * mask).sum(1) / mask.sum(1))
+
+
+@main_guard
+def main(argv=None):
+    p = parser(__doc__)
+    p.add_argument("--encoder", default="minilm-l6", help="sentence encoder to load")
+    p.add_argument("--text", default="The capital of France is Paris.")
+    args = p.parse_args(argv)
+
+    lm, lm_s = _timed_load(args.model, args)
+    nll, n = sentence_nll(lm, args.text)
+    print(f"{args.model}: {lm.family.name}, loaded in {lm_s:.1f} s; "
+          f"{args.text!r}: {n} tokens, mean NLL {nll:.3f} nats, perplexity {np.exp(nll):.1f}")
+
+    enc, enc_s = _timed_load(args.encoder, args)
+    a, b = mean_pooled(enc, ["I loved this movie", "I adored this film"])
+    cos = float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+    print(f"{args.encoder}: {enc.family.name}, loaded in {enc_s:.1f} s; "
+          f"cosine('I loved this movie', 'I adored this film') = {cos:.3f}")
+
+
+if __name__ == "__main__":
+    main()
