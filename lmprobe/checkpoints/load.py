@@ -23,22 +23,22 @@ Placement = Callable[[np.ndarray, tuple], jax.Array]
 
 class Loaded(NamedTuple):
     model: nnx.Module
-    tokenizer: object
+    tokenizer: object  # None when loaded with tokenizer=False
     family: Family
     config: object  # the family's config dataclass
     checkpoint: object  # lmprobe.checkpoints.resolve.Checkpoint
 
 
 def load(name: str, *, dtype=jnp.float32, param_dtype=None, place: Placement | None = None,
-         offline: bool | None = None, allow_pickle: bool = False) -> Loaded:
-    """Resolve ``name`` (path, hub id, alias, GGUF, embedded default) and build its model and tokenizer."""
+         offline: bool | None = None, allow_pickle: bool = False, tokenizer: bool = True) -> Loaded:
+    """Resolve ``name`` (path, hub id, alias, GGUF, embedded default); build its model and tokenizer."""
     from lmprobe.checkpoints.resolve import resolve
 
     ckpt = resolve(name, offline=offline, allow_pickle=allow_pickle)
     family = family_for(ckpt.config, where=ckpt.location)
     model, cfg = build(family, ckpt.config, ckpt.tensors, dtype=dtype, param_dtype=param_dtype,
                        place=place, where=ckpt.location)
-    return Loaded(model, ckpt.tokenizer(), family, cfg, ckpt)
+    return Loaded(model, ckpt.tokenizer() if tokenizer else None, family, cfg, ckpt)
 
 
 def build(family: Family, hf_config: dict, tensors, *, dtype=jnp.float32, param_dtype=None,

@@ -114,9 +114,25 @@ def activation(name: str) -> Callable[[Array], Array]:
 # ----------------------------------------------------------------------------- positions
 
 
-def default_positions(attention_mask: Array) -> Array:
-    """Position ids that count only real tokens: correct for left and right padding."""
-    return jnp.maximum(jnp.cumsum(attention_mask.astype(jnp.int32), axis=-1) - 1, 0)
+def default_positions(attention_mask: Array, start=0, length: int | None = None) -> Array:
+    """Position ids that count only real tokens: correct for left and right padding.
+
+    ``attention_mask`` [B, S] covers every slot (the whole KV cache when decoding); the ids of
+    slots ``start .. start+length`` are returned.
+    """
+    positions = jnp.maximum(jnp.cumsum(attention_mask.astype(jnp.int32), axis=-1) - 1, 0)
+    if length is None:
+        return positions
+    return jax.lax.dynamic_slice_in_dim(positions, start, length, axis=1)
+
+
+def check_length(num_tokens: int, limit: int) -> None:
+    """Refuse sequences longer than learned position embeddings cover (a lookup past them gives NaN)."""
+    from lmprobe.errors import LmprobeError
+
+    if num_tokens > limit:
+        raise LmprobeError(f"a sequence of {num_tokens} tokens is longer than this model's limit of "
+                           f"{limit} tokens; truncate the input")
 
 
 def rope_inv_freq(rotary_dim: int, theta: float, scaling=None) -> tuple[float, ...]:

@@ -129,7 +129,7 @@ class Llama(nnx.Module):
         h = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
         b, t = h.shape[:2]
         key_mask = jnp.ones((b, t), bool) if attention_mask is None else attention_mask
-        positions = default_positions(key_mask) if positions is None else positions
+        positions = default_positions(key_mask, cache_index, t) if positions is None else positions
         bias = attention_bias(key_mask, t, causal=True, query_offset=cache_index,
                               sliding_window=self.config.sliding_window)
         out, per_layer, cache = run_blocks(self.layers, h, bias=bias, positions=positions, cache=cache,

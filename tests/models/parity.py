@@ -49,7 +49,7 @@ def padded_batch(vocab_size: int, lengths=(9, 5, 1), seed: int = 0, left=False):
 
 def max_diffs(path, hf_model, ids, mask, **hf_kwargs) -> dict:
     """Max |difference| of logits (if any) and of every hidden state, over real tokens only."""
-    loaded = load(str(path))
+    loaded = load(str(path), tokenizer=False)
     with torch.no_grad():
         ref = hf_model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask),
                        output_hidden_states=True, **hf_kwargs)
