@@ -87,11 +87,18 @@ def _read_one(family, name, transpose, tensors, available, want, where) -> np.nd
     return array.T if transpose else array
 
 
+_LEGACY_NORM_NAMES = {"LayerNorm.weight": "LayerNorm.gamma", "LayerNorm.bias": "LayerNorm.beta"}
+
+
 def _find(name: str, prefix: str, available: set[str]) -> str | None:
-    """``name`` as stored: as is, without the base-model prefix, or with it."""
+    """``name`` as stored: as is, without the base-model prefix, or with it; for TF-era BERT
+    checkpoints also with LayerNorm.gamma / .beta (which transformers renames on load)."""
     candidates = [name]
     if prefix and name.startswith(prefix):
         candidates.append(name[len(prefix):])
     elif prefix:
         candidates.append(prefix + name)
+    for new, old in _LEGACY_NORM_NAMES.items():
+        if name.endswith(new):
+            candidates += [c[: -len(new)] + old for c in candidates]
     return next((c for c in candidates if c in available), None)
