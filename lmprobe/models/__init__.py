@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 from lmprobe.errors import CheckpointError
-from lmprobe.models import llama
+from lmprobe.models import bert, distilbert, gpt2, gpt_neo, gpt_neox, llama, opt
 from lmprobe.models.base import HF, Family, ModelOutput
 
 # model_type (config.json) -> family
 FAMILIES: dict[str, Family] = {
+    "bert": bert.FAMILY,
+    "roberta": bert.ROBERTA_FAMILY,
+    "distilbert": distilbert.FAMILY,
+    "gpt2": gpt2.FAMILY,
+    "gpt_neo": gpt_neo.FAMILY,
+    "gpt_neox": gpt_neox.FAMILY,
+    "opt": opt.FAMILY,
     "llama": llama.FAMILY,
     "mistral": llama.FAMILY,
 }

@@ -8,7 +8,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from lmprobe.models.layers import LayerCache, scan_layers
+from lmprobe.models.layers import LayerCache, default_positions, init_cache, scan_layers
 
 Array = jax.Array
 
@@ -91,3 +91,16 @@ def hf_rope(config: dict, *, legacy_theta_key: str = "rope_theta", default_theta
 def frozen(d: dict | None) -> tuple | None:
     """A dict as sorted (key, value) items: hashable, so it can sit in a frozen config."""
     return None if d is None else tuple(sorted((k, v) for k, v in d.items() if not isinstance(v, (dict, list))))
+
+
+def mask_and_positions(h: Array, attention_mask, positions, cache_index):
+    """Key mask [B, S] (all ones when None) and the position ids of this call's T tokens."""
+    b, t = h.shape[:2]
+    key_mask = jnp.ones((b, t), bool) if attention_mask is None else attention_mask
+    return key_mask, default_positions(key_mask, cache_index, t) if positions is None else positions
+
+
+def empty_cache(config, batch: int, length: int, dtype) -> LayerCache:
+    """An empty KV cache for a decoder with this config: ``batch`` rows of ``length`` slots."""
+    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    return init_cache(config.num_hidden_layers, batch, length, kv_heads, config.head_dim, dtype)

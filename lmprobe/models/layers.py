@@ -57,6 +57,14 @@ class Embed(nnx.Module):
                           preferred_element_type=jnp.float32)
 
 
+def lm_logits(hidden: Array, embed: Embed, head: "Linear | None") -> Array:
+    """fp32 logits from final hidden states: the untied ``head`` if any, else the tied ``embed``."""
+    if head is None:
+        return embed.attend(hidden)
+    return jnp.einsum("...d,dv->...v", hidden, head.kernel[...].astype(hidden.dtype),
+                      preferred_element_type=jnp.float32)
+
+
 class RMSNorm(nnx.Module):
     """x / rms(x) * weight, in fp32 (Llama)."""
 

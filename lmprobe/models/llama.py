@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 
-import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from lmprobe.models.base import HF, Family, ModelOutput, frozen, hf_hidden_states, hf_rope, run_blocks
+from lmprobe.models.base import HF, Family, ModelOutput, mask_and_positions, frozen, hf_hidden_states, hf_rope, run_blocks
 from lmprobe.models.layers import (
-    Embed, Linear, RMSNorm, activation, apply_rope, attention_bias, default_positions,
+    Embed, lm_logits, Linear, RMSNorm, activation, apply_rope, attention_bias,
     dot_product_attention, rope_inv_freq, stacked, update_cache)
 
 
@@ -119,17 +118,13 @@ class Llama(nnx.Module):
 
     def logits(self, hidden):
         """fp32 logits for final hidden states (call it only at the positions you need)."""
-        if self.lm_head is None:
-            return self.embed_tokens.attend(hidden)
-        return jnp.einsum("...d,dv->...v", hidden, self.lm_head.kernel[...].astype(hidden.dtype),
-                          preferred_element_type=jnp.float32)
+        return lm_logits(hidden, self.embed_tokens, self.lm_head)
 
     def __call__(self, input_ids=None, attention_mask=None, *, inputs_embeds=None, positions=None,
                  cache=None, cache_index=0, output_hidden_states=False, compute_logits=True):
         h = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
-        b, t = h.shape[:2]
-        key_mask = jnp.ones((b, t), bool) if attention_mask is None else attention_mask
-        positions = default_positions(key_mask, cache_index, t) if positions is None else positions
+        t = h.shape[1]
+        key_mask, positions = mask_and_positions(h, attention_mask, positions, cache_index)
         bias = attention_bias(key_mask, t, causal=True, query_offset=cache_index,
                               sliding_window=self.config.sliding_window)
         out, per_layer, cache = run_blocks(self.layers, h, bias=bias, positions=positions, cache=cache,

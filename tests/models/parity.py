@@ -64,3 +64,34 @@ def max_diffs(path, hf_model, ids, mask, **hf_kwargs) -> dict:
                           for i, h in enumerate(ref.hidden_states))
     diffs["last_hidden"] = float(np.abs(np.asarray(out.last_hidden_state) - ref.hidden_states[-1].numpy())[real].max())
     return diffs
+
+
+def check_left_padding(model, ids, mask):
+    """Outputs at real tokens of a left-padded batch equal those of each sequence alone."""
+    padded = model(ids, mask, output_hidden_states=True)
+    for row, n in enumerate(mask.sum(1)):
+        alone = model(ids[row:row + 1, -n:], output_hidden_states=True)
+        np.testing.assert_allclose(np.asarray(padded.hidden_states)[:, row, -n:],
+                                   np.asarray(alone.hidden_states)[:, 0], atol=1e-5)
+        if padded.logits is not None:
+            np.testing.assert_allclose(np.asarray(padded.logits)[row, -n:],
+                                       np.asarray(alone.logits)[0], atol=1e-5)
+
+
+def check_kv_cache(model, vocab_size, prompt: int = 6):
+    """Prefill left-padded prompts, then decode token by token under jit: logits equal the full pass's."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from lmprobe.models.base import empty_cache
+
+    ids, mask = padded_batch(vocab_size, lengths=(10, 7), left=True)
+    full = np.asarray(model(ids, mask).logits)
+    cache = empty_cache(model.config, ids.shape[0], ids.shape[1], jnp.float32)
+    step = nnx.jit(lambda m, x, c, i: m(x, mask, cache=c, cache_index=i))
+    out = step(model, ids[:, :prompt], cache, jnp.int32(0))
+    real = mask[:, :prompt].astype(bool)
+    np.testing.assert_allclose(np.asarray(out.logits)[real], full[:, :prompt][real], atol=1e-4)
+    for index in range(prompt, ids.shape[1]):
+        out = step(model, ids[:, index:index + 1], out.cache, jnp.int32(index))
+        np.testing.assert_allclose(np.asarray(out.logits)[:, 0], full[:, index], atol=1e-4)

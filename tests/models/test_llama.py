@@ -1,13 +1,10 @@
 """Llama family (LLaMA, Llama-2/3, SmolLM2, Mistral) against transformers' PyTorch models."""
 
-import jax.numpy as jnp
-import numpy as np
 import pytest
 from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
 
 from lmprobe.checkpoints import load
-from lmprobe.models.layers import init_cache
-from tests.models.parity import max_diffs, padded_batch, save_random
+from tests.models.parity import check_kv_cache, check_left_padding, max_diffs, padded_batch, save_random
 
 TINY = dict(vocab_size=151, hidden_size=48, intermediate_size=80, num_hidden_layers=3,
             num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=64)
@@ -42,24 +39,8 @@ def tiny(tmp_path_factory):
 
 
 def test_left_padding_matches_unpadded(tiny):
-    ids, mask = padded_batch(151, lengths=(9, 5, 2), left=True)
-    padded = np.asarray(tiny(ids, mask).logits)
-    for row, n in enumerate(mask.sum(1)):
-        alone = np.asarray(tiny(ids[row:row + 1, -n:]).logits)[0]
-        np.testing.assert_allclose(padded[row, -n:], alone, atol=1e-5)
+    check_left_padding(tiny, *padded_batch(151, lengths=(9, 5, 2), left=True))
 
 
 def test_kv_cache_decoding_matches_full_forward(tiny):
-    ids, mask = padded_batch(151, lengths=(10, 7), left=True)
-    full = np.asarray(tiny(ids, mask).logits)
-    cfg = tiny.config
-    prompt = 6
-    cache = init_cache(cfg.num_hidden_layers, ids.shape[0], ids.shape[1], cfg.num_key_value_heads, cfg.head_dim)
-    out = tiny(ids[:, :prompt], mask, cache=cache, cache_index=0)
-    real = mask[:, :prompt].astype(bool)
-    np.testing.assert_allclose(np.asarray(out.logits)[real], full[:, :prompt][real], atol=1e-4)
-    cache = out.cache
-    for index in range(prompt, ids.shape[1]):
-        out = tiny(ids[:, index:index + 1], mask, cache=cache, cache_index=jnp.int32(index))
-        cache = out.cache
-        np.testing.assert_allclose(np.asarray(out.logits)[:, 0], full[:, index], atol=1e-4)
+    check_kv_cache(tiny, 151)

@@ -56,3 +56,20 @@ def test_config_that_disagrees_with_weights(tiny_dir):
     _edit_config(tiny_dir, intermediate_size=40)
     with pytest.raises(CheckpointError, match=r"mlp\.\w+_proj\.weight.*config\.json"):
         load(str(tiny_dir), tokenizer=False)
+
+
+def test_tf_era_layernorm_names_load(tmp_path):
+    """Checkpoints converted from TF BERT name LayerNorm parameters gamma / beta."""
+    from transformers import BertConfig, BertModel
+
+    from tests.models.parity import max_diffs, padded_batch
+
+    hf = save_random(BertModel, BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1,
+                                           num_attention_heads=2, intermediate_size=32), tmp_path)
+
+    def rename(tensors):
+        for name in [n for n in tensors if "LayerNorm" in n]:
+            tensors[name.replace(".weight", ".gamma").replace(".bias", ".beta")] = tensors.pop(name)
+
+    _edit_tensors(tmp_path, rename)
+    assert max_diffs(tmp_path, hf, *padded_batch(64))["hidden"] <= 1e-4

@@ -1,0 +1,197 @@
+"""BERT family: BERT, RoBERTa and BERT-style sentence encoders (all-MiniLM-L6-v2).
+
+Mirrors transformers' modeling_bert.py and modeling_roberta.py: word + position + token-type
+embeddings and a LayerNorm, then post-norm blocks (self-attention, residual, LayerNorm; MLP,
+residual, LayerNorm) with bidirectional attention over real tokens. No final norm; the pooler
+is not used. RoBERTa differs only in its position ids (counted from ``pad_token_id + 1``) and
+in the prefix of its tensor names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax.numpy as jnp
+from flax import nnx
+
+from lmprobe.errors import CheckpointError
+from lmprobe.models.base import HF, Family, ModelOutput, hf_hidden_states, run_blocks
+from lmprobe.models.layers import (
+    Embed, LayerNorm, Linear, activation, attention_bias, check_length, default_positions,
+    dot_product_attention, stacked)
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    layer_norm_eps: float = 1e-12
+    hidden_act: str = "gelu"
+    position_padding_idx: int | None = None  # RoBERTa: pad_token_id; positions start after it
+
+    @classmethod
+    def from_hf(cls, c: dict, *, roberta: bool = False) -> "BertConfig":
+        kind = c.get("position_embedding_type") or "absolute"
+        if kind != "absolute":
+            raise CheckpointError(
+                f"position_embedding_type {kind!r} in the model config is not supported "
+                "(only 'absolute' position embeddings are)")
+        if c.get("is_decoder"):
+            raise CheckpointError("is_decoder=true in the model config (a causal BERT/RoBERTa decoder) is not "
+                                  "supported; only the bidirectional encoder is")
+        if roberta and c.get("pad_token_id", 1) is None:
+            raise CheckpointError("pad_token_id is null in the RoBERTa model config; its position ids need it")
+        if c["hidden_size"] % c["num_attention_heads"]:
+            raise CheckpointError(f"hidden_size {c['hidden_size']} is not a multiple of num_attention_heads "
+                                  f"{c['num_attention_heads']} in the model config")
+        return cls(
+            vocab_size=c["vocab_size"], hidden_size=c["hidden_size"],
+            intermediate_size=c["intermediate_size"], num_hidden_layers=c["num_hidden_layers"],
+            num_attention_heads=c["num_attention_heads"],
+            max_position_embeddings=c.get("max_position_embeddings", 512),
+            type_vocab_size=c.get("type_vocab_size", 2), layer_norm_eps=c.get("layer_norm_eps", 1e-12),
+            hidden_act=c.get("hidden_act", "gelu"),
+            position_padding_idx=c.get("pad_token_id", 1) if roberta else None)
+
+
+class BertEmbeddings(nnx.Module):
+    def __init__(self, cfg: BertConfig, *, dtype, param_dtype, rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.word_embeddings = Embed(cfg.vocab_size, cfg.hidden_size, **kw)
+        self.position_embeddings = Embed(cfg.max_position_embeddings, cfg.hidden_size,
+                                         axes=("positions", "embed"), **kw)
+        self.token_type_embeddings = Embed(cfg.type_vocab_size, cfg.hidden_size, axes=(None, "embed"), **kw)
+        self.LayerNorm = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, **kw)
+
+    def __call__(self, inputs_embeds, token_type_ids, positions):
+        return self.LayerNorm(inputs_embeds + self.token_type_embeddings(token_type_ids)
+                              + self.position_embeddings(positions))
+
+
+class BertSelfAttention(nnx.Module):
+    def __init__(self, cfg: BertConfig, *, dtype, param_dtype, rngs):
+        d = cfg.hidden_size
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.query = Linear(d, d, axes=("embed", "heads"), **kw)
+        self.key = Linear(d, d, axes=("embed", "heads"), **kw)
+        self.value = Linear(d, d, axes=("embed", "heads"), **kw)
+        self.shape = (cfg.num_attention_heads, d // cfg.num_attention_heads)
+
+    def __call__(self, x, bias):
+        (b, t, _), (h, hd) = x.shape, self.shape
+        q, k, v = (proj(x).reshape(b, t, h, hd) for proj in (self.query, self.key, self.value))
+        return dot_product_attention(q, k, v, bias, scale=hd ** -0.5)
+
+
+class BertOutput(nnx.Module):
+    """LayerNorm(dense(x) + residual): HF's BertSelfOutput (d_in = hidden) and BertOutput (d_in = intermediate)."""
+
+    def __init__(self, cfg: BertConfig, d_in: int, in_axis: str, *, dtype, param_dtype, rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.dense = Linear(d_in, cfg.hidden_size, axes=(in_axis, "embed"), **kw)
+        self.LayerNorm = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, **kw)
+
+    def __call__(self, x, residual):
+        return self.LayerNorm(self.dense(x) + residual)
+
+
+class BertAttention(nnx.Module):
+    def __init__(self, cfg: BertConfig, *, dtype, param_dtype, rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.self = BertSelfAttention(cfg, **kw)
+        self.output = BertOutput(cfg, cfg.hidden_size, "heads", **kw)
+
+    def __call__(self, x, bias):
+        return self.output(self.self(x, bias), x)
+
+
+class BertIntermediate(nnx.Module):
+    def __init__(self, cfg: BertConfig, *, dtype, param_dtype, rngs):
+        self.dense = Linear(cfg.hidden_size, cfg.intermediate_size, axes=("embed", "mlp"),
+                            dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.act = activation(cfg.hidden_act)
+
+    def __call__(self, x):
+        return self.act(self.dense(x))
+
+
+class BertLayer(nnx.Module):
+    def __init__(self, cfg: BertConfig, *, dtype, param_dtype, rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.attention = BertAttention(cfg, **kw)
+        self.intermediate = BertIntermediate(cfg, **kw)
+        self.output = BertOutput(cfg, cfg.intermediate_size, "mlp", **kw)
+
+    def __call__(self, x, *, bias, positions, cache, cache_index):
+        x = self.attention(x, bias)
+        return self.output(self.intermediate(x), x), cache
+
+
+class Bert(nnx.Module):
+    """Encoder: ``model(input_ids, attention_mask) -> ModelOutput(last_hidden_state, hidden_states)``."""
+
+    def __init__(self, cfg: BertConfig, *, dtype=jnp.float32, param_dtype=jnp.float32, rngs: nnx.Rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype)
+        self.config = cfg
+        self.embeddings = BertEmbeddings(cfg, rngs=rngs, **kw)
+        self.layer = stacked(lambda r: BertLayer(cfg, rngs=r, **kw), cfg.num_hidden_layers, rngs)
+
+    @property
+    def max_length(self) -> int:
+        """The longest sequence the position embeddings cover."""
+        pad = self.config.position_padding_idx
+        return self.config.max_position_embeddings - (0 if pad is None else pad + 1)
+
+    def embed(self, input_ids):
+        return self.embeddings.word_embeddings(input_ids)
+
+    def default_positions(self, input_ids, key_mask):
+        """BERT: 0, 1, ... over real tokens. RoBERTa (fairseq's make_positions): real tokens count
+        from pad_token_id + 1 and pad tokens sit at pad_token_id, as HF does from input_ids (and,
+        like HF's sequential ids, from the mask alone for inputs_embeds)."""
+        pad = self.config.position_padding_idx
+        if pad is None:
+            return default_positions(key_mask)
+        real = key_mask.astype(bool) if input_ids is None else key_mask.astype(bool) & (input_ids != pad)
+        return jnp.where(real, pad + jnp.cumsum(real, axis=-1), pad)
+
+    def __call__(self, input_ids=None, attention_mask=None, *, inputs_embeds=None, token_type_ids=None,
+                 positions=None, output_hidden_states=False):
+        x = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
+        b, t = x.shape[:2]
+        check_length(t, self.max_length)
+        key_mask = jnp.ones((b, t), bool) if attention_mask is None else attention_mask
+        positions = self.default_positions(input_ids, key_mask) if positions is None else positions
+        token_type_ids = jnp.zeros((b, t), jnp.int32) if token_type_ids is None else token_type_ids
+        h = self.embeddings(x, token_type_ids, positions)
+        out, per_layer, _ = run_blocks(self.layer, h, bias=attention_bias(key_mask, t, causal=False),
+                                       positions=positions, cache=None, cache_index=0,
+                                       output_hidden_states=output_hidden_states)
+        return ModelOutput(out, hf_hidden_states(h, per_layer, out))
+
+
+def hf_params(prefix: str) -> dict[str, HF]:
+    """The HF name table of a BERT-layout checkpoint whose base-model tensors start with ``prefix``."""
+    e, l = prefix + "embeddings.", prefix + "encoder.layer.{i}."
+    table = {f"embeddings.{n}.embedding": HF(f"{e}{n}.weight")
+             for n in ("word_embeddings", "position_embeddings", "token_type_embeddings")}
+    table.update({f"embeddings.LayerNorm.{p}": HF(f"{e}LayerNorm.{p}") for p in ("weight", "bias")})
+    for n in ("attention.self.query", "attention.self.key", "attention.self.value",
+              "attention.output.dense", "intermediate.dense", "output.dense"):
+        table[f"layer.{n}.kernel"] = HF(f"{l}{n}.weight", transpose=True)
+        table[f"layer.{n}.bias"] = HF(f"{l}{n}.bias")
+    for n in ("attention.output.LayerNorm", "output.LayerNorm"):
+        table.update({f"layer.{n}.{p}": HF(f"{l}{n}.{p}") for p in ("weight", "bias")})
+    return table
+
+
+FAMILY = Family(name="bert", config_from_hf=BertConfig.from_hf, model=Bert, hf_params=hf_params("bert."),
+                base_prefix="bert.", is_decoder=False)
+ROBERTA_FAMILY = Family(name="roberta", config_from_hf=functools.partial(BertConfig.from_hf, roberta=True),
+                        model=Bert, hf_params=hf_params("roberta."), base_prefix="roberta.", is_decoder=False)

@@ -1,0 +1,157 @@
+"""DistilBERT family.
+
+Mirrors transformers' modeling_distilbert.py: word + position embeddings and a LayerNorm (no
+token types), then post-norm blocks (self-attention, residual, sa_layer_norm; FFN, residual,
+output_layer_norm) with bidirectional attention over real tokens. No final norm.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+from flax import nnx
+
+from lmprobe.errors import CheckpointError
+from lmprobe.models.base import HF, Family, ModelOutput, hf_hidden_states, run_blocks
+from lmprobe.models.layers import (
+    Embed, LayerNorm, Linear, activation, attention_bias, check_length, default_positions,
+    dot_product_attention, stacked)
+
+_EPS = 1e-12  # DistilBERT's LayerNorms have a fixed eps
+
+
+@dataclasses.dataclass(frozen=True)
+class DistilBertConfig:
+    vocab_size: int
+    dim: int
+    hidden_dim: int
+    n_layers: int
+    n_heads: int
+    max_position_embeddings: int = 512
+    activation: str = "gelu"
+
+    @classmethod
+    def from_hf(cls, c: dict) -> "DistilBertConfig":
+        # sinusoidal_pos_embds only changes how position_embeddings is initialised; checkpoints
+        # store the table, so it is read like a learned one.
+        if c["dim"] % c["n_heads"]:
+            raise CheckpointError(f"dim {c['dim']} is not a multiple of n_heads {c['n_heads']} in the model config")
+        return cls(vocab_size=c["vocab_size"], dim=c["dim"], hidden_dim=c["hidden_dim"],
+                   n_layers=c["n_layers"], n_heads=c["n_heads"],
+                   max_position_embeddings=c.get("max_position_embeddings", 512),
+                   activation=c.get("activation", "gelu"))
+
+
+class Embeddings(nnx.Module):
+    def __init__(self, cfg: DistilBertConfig, *, dtype, param_dtype, rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.word_embeddings = Embed(cfg.vocab_size, cfg.dim, **kw)
+        self.position_embeddings = Embed(cfg.max_position_embeddings, cfg.dim, axes=("positions", "embed"), **kw)
+        self.LayerNorm = LayerNorm(cfg.dim, eps=_EPS, **kw)
+
+    def __call__(self, inputs_embeds, positions):
+        return self.LayerNorm(inputs_embeds + self.position_embeddings(positions))
+
+
+class DistilBertSelfAttention(nnx.Module):
+    def __init__(self, cfg: DistilBertConfig, *, dtype, param_dtype, rngs):
+        d = cfg.dim
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.q_lin = Linear(d, d, axes=("embed", "heads"), **kw)
+        self.k_lin = Linear(d, d, axes=("embed", "heads"), **kw)
+        self.v_lin = Linear(d, d, axes=("embed", "heads"), **kw)
+        self.out_lin = Linear(d, d, axes=("heads", "embed"), **kw)
+        self.shape = (cfg.n_heads, d // cfg.n_heads)
+
+    def __call__(self, x, bias):
+        (b, t, _), (h, hd) = x.shape, self.shape
+        q, k, v = (lin(x).reshape(b, t, h, hd) for lin in (self.q_lin, self.k_lin, self.v_lin))
+        return self.out_lin(dot_product_attention(q, k, v, bias, scale=hd ** -0.5))
+
+
+class FFN(nnx.Module):
+    def __init__(self, cfg: DistilBertConfig, *, dtype, param_dtype, rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.lin1 = Linear(cfg.dim, cfg.hidden_dim, axes=("embed", "mlp"), **kw)
+        self.lin2 = Linear(cfg.hidden_dim, cfg.dim, axes=("mlp", "embed"), **kw)
+        self.activation = activation(cfg.activation)
+
+    def __call__(self, x):
+        return self.lin2(self.activation(self.lin1(x)))
+
+
+class TransformerBlock(nnx.Module):
+    def __init__(self, cfg: DistilBertConfig, *, dtype, param_dtype, rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.attention = DistilBertSelfAttention(cfg, **kw)
+        self.sa_layer_norm = LayerNorm(cfg.dim, eps=_EPS, **kw)
+        self.ffn = FFN(cfg, **kw)
+        self.output_layer_norm = LayerNorm(cfg.dim, eps=_EPS, **kw)
+
+    def __call__(self, x, *, bias, positions, cache, cache_index):
+        x = self.sa_layer_norm(self.attention(x, bias) + x)
+        return self.output_layer_norm(self.ffn(x) + x), cache
+
+
+class DistilBert(nnx.Module):
+    """Encoder: ``model(input_ids, attention_mask) -> ModelOutput(last_hidden_state, hidden_states)``."""
+
+    def __init__(self, cfg: DistilBertConfig, *, dtype=jnp.float32, param_dtype=jnp.float32, rngs: nnx.Rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype)
+        self.config = cfg
+        self.embeddings = Embeddings(cfg, rngs=rngs, **kw)
+        self.layer = stacked(lambda r: TransformerBlock(cfg, rngs=r, **kw), cfg.n_layers, rngs)
+
+    @property
+    def max_length(self) -> int:
+        """The longest sequence the position embeddings cover."""
+        return self.config.max_position_embeddings
+
+    def embed(self, input_ids):
+        return self.embeddings.word_embeddings(input_ids)
+
+    def __call__(self, input_ids=None, attention_mask=None, *, inputs_embeds=None, token_type_ids=None,
+                 positions=None, output_hidden_states=False):
+        """``token_type_ids`` is accepted for a uniform encoder interface and ignored (DistilBERT has none)."""
+        x = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
+        b, t = x.shape[:2]
+        check_length(t, self.max_length)
+        key_mask = jnp.ones((b, t), bool) if attention_mask is None else attention_mask
+        h = self.embeddings(x, default_positions(key_mask) if positions is None else positions)
+        out, per_layer, _ = run_blocks(self.layer, h, bias=attention_bias(key_mask, t, causal=False),
+                                       positions=positions, cache=None, cache_index=0,
+                                       output_hidden_states=output_hidden_states)
+        return ModelOutput(out, hf_hidden_states(h, per_layer, out))
+
+
+_E, _L = "distilbert.embeddings.", "distilbert.transformer.layer.{i}."
+FAMILY = Family(
+    name="distilbert",
+    config_from_hf=DistilBertConfig.from_hf,
+    model=DistilBert,
+    base_prefix="distilbert.",
+    is_decoder=False,
+    hf_params={
+        "embeddings.word_embeddings.embedding": HF(_E + "word_embeddings.weight"),
+        "embeddings.position_embeddings.embedding": HF(_E + "position_embeddings.weight"),
+        "embeddings.LayerNorm.weight": HF(_E + "LayerNorm.weight"),
+        "embeddings.LayerNorm.bias": HF(_E + "LayerNorm.bias"),
+        "layer.attention.q_lin.kernel": HF(_L + "attention.q_lin.weight", transpose=True),
+        "layer.attention.q_lin.bias": HF(_L + "attention.q_lin.bias"),
+        "layer.attention.k_lin.kernel": HF(_L + "attention.k_lin.weight", transpose=True),
+        "layer.attention.k_lin.bias": HF(_L + "attention.k_lin.bias"),
+        "layer.attention.v_lin.kernel": HF(_L + "attention.v_lin.weight", transpose=True),
+        "layer.attention.v_lin.bias": HF(_L + "attention.v_lin.bias"),
+        "layer.attention.out_lin.kernel": HF(_L + "attention.out_lin.weight", transpose=True),
+        "layer.attention.out_lin.bias": HF(_L + "attention.out_lin.bias"),
+        "layer.sa_layer_norm.weight": HF(_L + "sa_layer_norm.weight"),
+        "layer.sa_layer_norm.bias": HF(_L + "sa_layer_norm.bias"),
+        "layer.ffn.lin1.kernel": HF(_L + "ffn.lin1.weight", transpose=True),
+        "layer.ffn.lin1.bias": HF(_L + "ffn.lin1.bias"),
+        "layer.ffn.lin2.kernel": HF(_L + "ffn.lin2.weight", transpose=True),
+        "layer.ffn.lin2.bias": HF(_L + "ffn.lin2.bias"),
+        "layer.output_layer_norm.weight": HF(_L + "output_layer_norm.weight"),
+        "layer.output_layer_norm.bias": HF(_L + "output_layer_norm.bias"),
+    },
+)

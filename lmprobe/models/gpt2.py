@@ -1,0 +1,197 @@
+"""GPT-2 family: OpenAI GPT-2, DistilGPT-2 and other GPT2LMHeadModel checkpoints.
+
+Mirrors transformers' modeling_gpt2.py: learned token (wte) and position (wpe) embeddings,
+pre-norm blocks with LayerNorm, a fused q/k/v projection ``c_attn`` (a Conv1D, whose weights are
+already [in, out]), a GELU MLP, a final ``ln_f`` and an LM head tied to wte. Attention scores
+are scaled by 1/sqrt(head_dim) (scale_attn_weights) and optionally by 1/(layer index + 1)
+(scale_attn_by_inverse_layer_idx), a per-layer scale fed to the scanned layers as an input.
+
+GPT-Neo (gpt_neo.py) reuses this model with its own attention module and per-layer local
+(sliding-window) attention, so the model also takes one causal mask per distinct window.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+from flax import nnx
+
+from lmprobe.models.base import HF, Family, ModelOutput, mask_and_positions, hf_hidden_states
+from lmprobe.models.layers import (
+    Embed, lm_logits, LayerNorm, Linear, activation, attention_bias, check_length,
+    dot_product_attention, scan_layers, stacked, update_cache)
+
+
+@dataclasses.dataclass(frozen=True)
+class GPT2Config:
+    vocab_size: int
+    hidden_size: int  # n_embd
+    num_hidden_layers: int  # n_layer
+    num_attention_heads: int  # n_head
+    intermediate_size: int  # n_inner, 4 * n_embd by default
+    max_position_embeddings: int  # n_positions
+    layer_norm_epsilon: float = 1e-5
+    activation_function: str = "gelu_new"
+    scale_attn_weights: bool = True
+    scale_attn_by_inverse_layer_idx: bool = False
+    tie_word_embeddings: bool = True
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @classmethod
+    def from_hf(cls, c: dict) -> "GPT2Config":
+        # reorder_and_upcast_attn only reorders fp32 arithmetic (our scores are fp32 anyway);
+        # add_cross_attention weights are used only with encoder states, which a causal LM never has.
+        d = c.get("n_embd", 768)
+        return cls(
+            vocab_size=c.get("vocab_size", 50257), hidden_size=d, num_hidden_layers=c.get("n_layer", 12),
+            num_attention_heads=c.get("n_head", 12), intermediate_size=c.get("n_inner") or 4 * d,
+            max_position_embeddings=c.get("n_positions", 1024),
+            layer_norm_epsilon=c.get("layer_norm_epsilon", 1e-5),
+            activation_function=c.get("activation_function", "gelu_new"),
+            scale_attn_weights=c.get("scale_attn_weights", True),
+            scale_attn_by_inverse_layer_idx=c.get("scale_attn_by_inverse_layer_idx", False),
+            tie_word_embeddings=c.get("tie_word_embeddings", True))
+
+    def attention_scales(self) -> tuple[float, ...]:
+        """Each layer's attention-score scale (GPT2Attention.scaling)."""
+        scale = self.head_dim ** -0.5 if self.scale_attn_weights else 1.0
+        if not self.scale_attn_by_inverse_layer_idx:
+            return (scale,) * self.num_hidden_layers
+        return tuple(scale / (i + 1) for i in range(self.num_hidden_layers))
+
+    def attention_windows(self) -> tuple[int | None, ...]:
+        """Each layer's sliding window; None is global causal attention (all of GPT-2's layers)."""
+        return (None,) * self.num_hidden_layers
+
+
+class GPT2Attention(nnx.Module):
+    def __init__(self, cfg: GPT2Config, *, dtype, param_dtype, rngs):
+        d = cfg.hidden_size
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.c_attn = Linear(d, 3 * d, axes=("embed", "heads"), **kw)  # output features [q | k | v]
+        self.c_proj = Linear(d, d, axes=("heads", "embed"), **kw)
+        self.shape = (cfg.num_attention_heads, cfg.head_dim)
+
+    def __call__(self, x, *, bias, scale, cache, cache_index):
+        (b, t, _), (h, hd) = x.shape, self.shape
+        q, k, v = (y.reshape(b, t, h, hd) for y in jnp.split(self.c_attn(x), 3, axis=-1))
+        k, v, cache = update_cache(cache, k, v, cache_index)
+        return self.c_proj(dot_product_attention(q, k, v, bias, scale=scale)), cache
+
+
+class GPT2MLP(nnx.Module):
+    def __init__(self, cfg: GPT2Config, *, dtype, param_dtype, rngs):
+        d, m = cfg.hidden_size, cfg.intermediate_size
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.c_fc = Linear(d, m, axes=("embed", "mlp"), **kw)
+        self.c_proj = Linear(m, d, axes=("mlp", "embed"), **kw)
+        self.act = activation(cfg.activation_function)
+
+    def __call__(self, x):
+        return self.c_proj(self.act(self.c_fc(x)))
+
+
+class GPT2Block(nnx.Module):
+    def __init__(self, cfg: GPT2Config, attention: type, *, dtype, param_dtype, rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.ln_1 = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_epsilon, **kw)
+        self.attn = attention(cfg, **kw)
+        self.ln_2 = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_epsilon, **kw)
+        self.mlp = GPT2MLP(cfg, **kw)
+
+    def __call__(self, x, *, bias, scale, cache, cache_index):
+        a, cache = self.attn(self.ln_1(x), bias=bias, scale=scale, cache=cache, cache_index=cache_index)
+        x = x + a
+        return x + self.mlp(self.ln_2(x)), cache
+
+
+class GPT2(nnx.Module):
+    """Causal LM: ``model(input_ids, attention_mask) -> ModelOutput`` with fp32 logits."""
+
+    attention = GPT2Attention  # the attention module of each block (GPT-Neo has its own)
+
+    def __init__(self, cfg: GPT2Config, *, dtype=jnp.float32, param_dtype=jnp.float32, rngs: nnx.Rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype)
+        self.config = cfg
+        self.wte = Embed(cfg.vocab_size, cfg.hidden_size, rngs=rngs, **kw)
+        self.wpe = Embed(cfg.max_position_embeddings, cfg.hidden_size, axes=("positions", "embed"),
+                         rngs=rngs, **kw)
+        self.h = stacked(lambda r: GPT2Block(cfg, self.attention, rngs=r, **kw), cfg.num_hidden_layers, rngs)
+        self.ln_f = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_epsilon, rngs=rngs, **kw)
+        self.lm_head = None if cfg.tie_word_embeddings else Linear(
+            cfg.hidden_size, cfg.vocab_size, axes=("embed", "vocab"), use_bias=False, rngs=rngs, **kw)
+
+    def embed(self, input_ids):
+        """Token embeddings (HF's inputs_embeds); position embeddings are added in __call__."""
+        return self.wte(input_ids)
+
+    def logits(self, hidden):
+        """fp32 logits for final hidden states (call it only at the positions you need)."""
+        return lm_logits(hidden, self.wte, self.lm_head)
+
+    def __call__(self, input_ids=None, attention_mask=None, *, inputs_embeds=None, positions=None,
+                 cache=None, cache_index=0, output_hidden_states=False, compute_logits=True):
+        h = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
+        t = h.shape[1]
+        key_mask, positions = mask_and_positions(h, attention_mask, positions, cache_index)
+        check_length(key_mask.shape[-1], self.config.max_position_embeddings)
+        h = h + self.wpe(positions)
+        # One causal mask per distinct window; each layer picks its own by index, with its scale.
+        windows = self.config.attention_windows()
+        kinds = tuple(dict.fromkeys(windows))
+        biases = jnp.stack([attention_bias(key_mask, t, causal=True, query_offset=cache_index,
+                                           sliding_window=w) for w in kinds])
+        per_layer_inputs = (jnp.asarray([kinds.index(w) for w in windows]),
+                            jnp.asarray(self.config.attention_scales(), jnp.float32))
+
+        def step(block, x, layer):
+            layer_cache, kind, scale = layer
+            x, layer_cache = block(x, bias=biases[kind], scale=scale, cache=layer_cache,
+                                   cache_index=cache_index)
+            return x, (x if output_hidden_states else None, layer_cache)
+
+        out, (per_layer, cache) = scan_layers(self.h, step, h, (cache, *per_layer_inputs))
+        last = self.ln_f(out)
+        return ModelOutput(last, hf_hidden_states(h, per_layer, last),
+                           self.logits(last) if compute_logits else None, cache)
+
+
+def hf_params(attention: dict[str, HF], *, conv1d: bool) -> dict[str, HF]:
+    """The HF name table of a GPT-2-style model given its attention entries ("attn.…" paths).
+
+    ``conv1d``: the MLP weights are Conv1D ([in, out], GPT-2) rather than torch Linear (GPT-Neo).
+    """
+    layer = "transformer.h.{i}."
+    table = {
+        "wte.embedding": HF("transformer.wte.weight"),
+        "wpe.embedding": HF("transformer.wpe.weight"),
+        "ln_f.weight": HF("transformer.ln_f.weight"),
+        "ln_f.bias": HF("transformer.ln_f.bias"),
+        "lm_head.kernel": HF("lm_head.weight", transpose=True),
+    }
+    for name in ("ln_1", "ln_2"):
+        table.update({f"h.{name}.{p}": HF(f"{layer}{name}.{p}") for p in ("weight", "bias")})
+    for name in ("c_fc", "c_proj"):
+        table[f"h.mlp.{name}.kernel"] = HF(f"{layer}mlp.{name}.weight", transpose=not conv1d)
+        table[f"h.mlp.{name}.bias"] = HF(f"{layer}mlp.{name}.bias")
+    table.update({f"h.{path}": HF(layer + rule.name, rule.transpose) for path, rule in attention.items()})
+    return table
+
+
+FAMILY = Family(
+    name="gpt2",
+    config_from_hf=GPT2Config.from_hf,
+    model=GPT2,
+    base_prefix="transformer.",
+    is_decoder=True,
+    hf_params=hf_params({
+        "attn.c_attn.kernel": HF("attn.c_attn.weight"),  # Conv1D: already [in, out]
+        "attn.c_attn.bias": HF("attn.c_attn.bias"),
+        "attn.c_proj.kernel": HF("attn.c_proj.weight"),
+        "attn.c_proj.bias": HF("attn.c_proj.bias"),
+    }, conv1d=True),
+)

@@ -1,0 +1,91 @@
+"""GPT-Neo family: EleutherAI's GPT-Neo 125M / 1.3B / 2.7B.
+
+Mirrors transformers' modeling_gpt_neo.py. The network is GPT-2's (gpt2.py: wte + learned wpe,
+LayerNorm pre-norm blocks, GELU MLP, ln_f, tied LM head) with a different attention: separate
+q/k/v projections without bias, out_proj with bias, scores from fp32 q and k with *no*
+1/sqrt(head_dim) scaling, and layers alternating between "global" (causal) and "local" attention
+(causal within a sliding window of ``window_size`` slots), per config.attention_types.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+from flax import nnx
+
+from lmprobe.errors import CheckpointError
+from lmprobe.models.base import HF, Family
+from lmprobe.models.gpt2 import GPT2, GPT2Config, hf_params
+from lmprobe.models.layers import Linear, dot_product_attention, update_cache
+
+
+@dataclasses.dataclass(frozen=True)
+class GPTNeoConfig(GPT2Config):
+    scale_attn_weights: bool = False  # GPT-Neo never scales its attention scores
+    attention_layers: tuple[str, ...] = ()  # "global" or "local", one per layer
+    window_size: int = 256
+
+    @classmethod
+    def from_hf(cls, c: dict) -> "GPTNeoConfig":
+        d, num_layers = c.get("hidden_size", 2048), c.get("num_layers", 24)
+        # As GPTNeoConfig: attention_types [[["global", "local"], 12]] expands to 24 layer types.
+        types = c.get("attention_types") or [[["global", "local"], 12]]
+        layers = tuple(kind for kinds, repeat in types for _ in range(repeat) for kind in kinds)
+        if len(layers) != num_layers or not set(layers) <= {"global", "local"}:
+            raise CheckpointError(
+                f"attention_types {types!r} in the GPT-Neo config must give 'global' or 'local' for "
+                f"each of its {num_layers} layers; fix config.json")
+        return cls(
+            vocab_size=c.get("vocab_size", 50257), hidden_size=d, num_hidden_layers=num_layers,
+            num_attention_heads=c.get("num_heads", 16), intermediate_size=c.get("intermediate_size") or 4 * d,
+            max_position_embeddings=c.get("max_position_embeddings", 2048),
+            layer_norm_epsilon=c.get("layer_norm_epsilon", 1e-5),
+            activation_function=c.get("activation_function", "gelu_new"),
+            tie_word_embeddings=c.get("tie_word_embeddings", True),
+            attention_layers=layers, window_size=c.get("window_size", 256))
+
+    def attention_windows(self) -> tuple[int | None, ...]:
+        return tuple(self.window_size if kind == "local" else None for kind in self.attention_layers)
+
+
+class GPTNeoSelfAttention(nnx.Module):
+    def __init__(self, cfg: GPTNeoConfig, *, dtype, param_dtype, rngs):
+        d = cfg.hidden_size
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.q_proj = Linear(d, d, axes=("embed", "heads"), use_bias=False, **kw)
+        self.k_proj = Linear(d, d, axes=("embed", "heads"), use_bias=False, **kw)
+        self.v_proj = Linear(d, d, axes=("embed", "heads"), use_bias=False, **kw)
+        self.out_proj = Linear(d, d, axes=("heads", "embed"), **kw)
+        self.shape = (cfg.num_attention_heads, cfg.head_dim)
+
+    def __call__(self, x, *, bias, scale, cache, cache_index):
+        (b, t, _), (h, hd) = x.shape, self.shape
+        q, k, v = (proj(x).reshape(b, t, h, hd) for proj in (self.q_proj, self.k_proj, self.v_proj))
+        k, v, cache = update_cache(cache, k, v, cache_index)
+        # Unscaled scores (scale is 1) from fp32 q and k, as HF computes them to avoid overflow.
+        out = dot_product_attention(q.astype(jnp.float32), k.astype(jnp.float32), v, bias, scale=scale)
+        return self.out_proj(out), cache
+
+
+class GPTNeo(GPT2):
+    """Causal LM: ``model(input_ids, attention_mask) -> ModelOutput`` with fp32 logits."""
+
+    attention = GPTNeoSelfAttention
+
+
+_ATTN = "attn.attention."  # HF wraps the self-attention in GPTNeoAttention
+FAMILY = Family(
+    name="gpt_neo",
+    config_from_hf=GPTNeoConfig.from_hf,
+    model=GPTNeo,
+    base_prefix="transformer.",
+    is_decoder=True,
+    hf_params=hf_params({
+        "attn.q_proj.kernel": HF(_ATTN + "q_proj.weight", transpose=True),
+        "attn.k_proj.kernel": HF(_ATTN + "k_proj.weight", transpose=True),
+        "attn.v_proj.kernel": HF(_ATTN + "v_proj.weight", transpose=True),
+        "attn.out_proj.kernel": HF(_ATTN + "out_proj.weight", transpose=True),
+        "attn.out_proj.bias": HF(_ATTN + "out_proj.bias"),
+    }, conv1d=False),
+)

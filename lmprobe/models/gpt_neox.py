@@ -1,0 +1,170 @@
+"""GPT-NeoX family: Pythia, Dolly-v2, GPT-NeoX-20B, RedPajama-INCITE.
+
+Mirrors transformers' modeling_gpt_neox.py: LayerNorm blocks with a fused per-head q/k/v
+projection, partial rotary embeddings (the first ``partial_rotary_factor`` of each head),
+parallel or sequential residuals, a GELU MLP and an untied output head ``embed_out``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+from flax import nnx
+
+from lmprobe.models.base import HF, Family, ModelOutput, mask_and_positions, frozen, hf_hidden_states, hf_rope, run_blocks
+from lmprobe.models.layers import (
+    Embed, lm_logits, LayerNorm, Linear, activation, apply_rope, attention_bias,
+    dot_product_attention, rope_inv_freq, stacked, update_cache)
+
+
+@dataclasses.dataclass(frozen=True)
+class GPTNeoXConfig:
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    partial_rotary_factor: float = 0.25
+    rope_theta: float = 10000.0
+    rope_scaling: tuple | None = None  # HF's rope scaling dict as sorted (key, value) items
+    layer_norm_eps: float = 1e-5
+    hidden_act: str = "gelu"
+    use_parallel_residual: bool = True
+    attention_bias: bool = True
+    tie_word_embeddings: bool = False
+    max_position_embeddings: int = 2048
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @classmethod
+    def from_hf(cls, c: dict) -> "GPTNeoXConfig":
+        # transformers 5 writes rope_parameters; older configs have rotary_pct / rotary_emb_base.
+        theta, scaling = hf_rope(c, legacy_theta_key="rotary_emb_base")
+        rope = c.get("rope_parameters") or {}
+        return cls(
+            vocab_size=c["vocab_size"], hidden_size=c["hidden_size"],
+            intermediate_size=c["intermediate_size"], num_hidden_layers=c["num_hidden_layers"],
+            num_attention_heads=c["num_attention_heads"],
+            partial_rotary_factor=rope.get("partial_rotary_factor", c.get("rotary_pct", 0.25)),
+            rope_theta=theta, rope_scaling=frozen(scaling),
+            layer_norm_eps=c.get("layer_norm_eps", 1e-5), hidden_act=c.get("hidden_act", "gelu"),
+            use_parallel_residual=c.get("use_parallel_residual", True),
+            attention_bias=c.get("attention_bias", True),
+            tie_word_embeddings=c.get("tie_word_embeddings", False),
+            max_position_embeddings=c.get("max_position_embeddings", 2048))
+
+
+class GPTNeoXAttention(nnx.Module):
+    def __init__(self, cfg: GPTNeoXConfig, *, dtype, param_dtype, rngs):
+        d, h, hd = cfg.hidden_size, cfg.num_attention_heads, cfg.head_dim
+        kw = dict(use_bias=cfg.attention_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        # Fused projection in HF's layout: output features are [head, (q | k | v), head_dim].
+        self.query_key_value = Linear(d, 3 * d, axes=("embed", "heads"), **kw)
+        self.dense = Linear(d, d, axes=("heads", "embed"), **kw)
+        self.shape = (h, hd)
+        self.inv_freq = rope_inv_freq(int(hd * cfg.partial_rotary_factor), cfg.rope_theta,
+                                      cfg.rope_scaling)  # static tuple; rotates the first dims only
+
+    def __call__(self, x, *, bias, positions, cache, cache_index):
+        (b, t, _), (h, hd) = x.shape, self.shape
+        q, k, v = jnp.split(self.query_key_value(x).reshape(b, t, h, 3 * hd), 3, axis=-1)
+        q = apply_rope(q, positions, self.inv_freq)
+        k = apply_rope(k, positions, self.inv_freq)
+        k, v, cache = update_cache(cache, k, v, cache_index)
+        return self.dense(dot_product_attention(q, k, v, bias, scale=hd ** -0.5)), cache
+
+
+class GPTNeoXMLP(nnx.Module):
+    def __init__(self, cfg: GPTNeoXConfig, *, dtype, param_dtype, rngs):
+        d, m = cfg.hidden_size, cfg.intermediate_size
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.dense_h_to_4h = Linear(d, m, axes=("embed", "mlp"), **kw)
+        self.dense_4h_to_h = Linear(m, d, axes=("mlp", "embed"), **kw)
+        self.act = activation(cfg.hidden_act)
+
+    def __call__(self, x):
+        return self.dense_4h_to_h(self.act(self.dense_h_to_4h(x)))
+
+
+class GPTNeoXLayer(nnx.Module):
+    def __init__(self, cfg: GPTNeoXConfig, *, dtype, param_dtype, rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.input_layernorm = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, **kw)
+        self.post_attention_layernorm = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, **kw)
+        self.attention = GPTNeoXAttention(cfg, **kw)
+        self.mlp = GPTNeoXMLP(cfg, **kw)
+        self.use_parallel_residual = cfg.use_parallel_residual
+
+    def __call__(self, x, *, bias, positions, cache, cache_index):
+        a, cache = self.attention(self.input_layernorm(x), bias=bias, positions=positions,
+                                  cache=cache, cache_index=cache_index)
+        if self.use_parallel_residual:  # x + attn(ln1(x)) + mlp(ln2(x))
+            return self.mlp(self.post_attention_layernorm(x)) + a + x, cache
+        a = a + x
+        return self.mlp(self.post_attention_layernorm(a)) + a, cache
+
+
+class GPTNeoX(nnx.Module):
+    """Causal LM: ``model(input_ids, attention_mask) -> ModelOutput`` with fp32 logits."""
+
+    def __init__(self, cfg: GPTNeoXConfig, *, dtype=jnp.float32, param_dtype=jnp.float32, rngs: nnx.Rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype)
+        self.config = cfg
+        self.embed_in = Embed(cfg.vocab_size, cfg.hidden_size, rngs=rngs, **kw)
+        self.layers = stacked(lambda r: GPTNeoXLayer(cfg, rngs=r, **kw), cfg.num_hidden_layers, rngs)
+        self.final_layer_norm = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, rngs=rngs, **kw)
+        self.embed_out = None if cfg.tie_word_embeddings else Linear(
+            cfg.hidden_size, cfg.vocab_size, axes=("embed", "vocab"), use_bias=False, rngs=rngs, **kw)
+
+    def embed(self, input_ids):
+        return self.embed_in(input_ids)
+
+    def logits(self, hidden):
+        """fp32 logits for final hidden states (call it only at the positions you need)."""
+        return lm_logits(hidden, self.embed_in, self.embed_out)
+
+    def __call__(self, input_ids=None, attention_mask=None, *, inputs_embeds=None, positions=None,
+                 cache=None, cache_index=0, output_hidden_states=False, compute_logits=True):
+        h = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
+        t = h.shape[1]
+        key_mask, positions = mask_and_positions(h, attention_mask, positions, cache_index)
+        bias = attention_bias(key_mask, t, causal=True, query_offset=cache_index)
+        out, per_layer, cache = run_blocks(self.layers, h, bias=bias, positions=positions, cache=cache,
+                                           cache_index=cache_index,
+                                           output_hidden_states=output_hidden_states)
+        last = self.final_layer_norm(out)
+        return ModelOutput(last, hf_hidden_states(h, per_layer, last),
+                           self.logits(last) if compute_logits else None, cache)
+
+
+_L = "gpt_neox.layers.{i}."
+FAMILY = Family(
+    name="gpt_neox",
+    config_from_hf=GPTNeoXConfig.from_hf,
+    model=GPTNeoX,
+    base_prefix="gpt_neox.",
+    is_decoder=True,
+    hf_params={
+        "embed_in.embedding": HF("gpt_neox.embed_in.weight"),
+        "layers.input_layernorm.weight": HF(_L + "input_layernorm.weight"),
+        "layers.input_layernorm.bias": HF(_L + "input_layernorm.bias"),
+        "layers.post_attention_layernorm.weight": HF(_L + "post_attention_layernorm.weight"),
+        "layers.post_attention_layernorm.bias": HF(_L + "post_attention_layernorm.bias"),
+        "layers.attention.query_key_value.kernel": HF(_L + "attention.query_key_value.weight", transpose=True),
+        "layers.attention.query_key_value.bias": HF(_L + "attention.query_key_value.bias"),
+        "layers.attention.dense.kernel": HF(_L + "attention.dense.weight", transpose=True),
+        "layers.attention.dense.bias": HF(_L + "attention.dense.bias"),
+        "layers.mlp.dense_h_to_4h.kernel": HF(_L + "mlp.dense_h_to_4h.weight", transpose=True),
+        "layers.mlp.dense_h_to_4h.bias": HF(_L + "mlp.dense_h_to_4h.bias"),
+        "layers.mlp.dense_4h_to_h.kernel": HF(_L + "mlp.dense_4h_to_h.weight", transpose=True),
+        "layers.mlp.dense_4h_to_h.bias": HF(_L + "mlp.dense_4h_to_h.bias"),
+        "final_layer_norm.weight": HF("gpt_neox.final_layer_norm.weight"),
+        "final_layer_norm.bias": HF("gpt_neox.final_layer_norm.bias"),
+        # The LM head sits outside the base model: "embed_out.weight" in checkpoints (transformers 5
+        # renames it to lm_head when loading, and back when saving).
+        "embed_out.kernel": HF("embed_out.weight", transpose=True),
+    },
+)

@@ -1,0 +1,197 @@
+"""OPT family: Meta's OPT-125m ... OPT-66b, OPT-IML, Galactica-style OPT checkpoints.
+
+Mirrors transformers' modeling_opt.py: learned absolute positions (offset 2, counted from the
+attention mask), biased q/k/v projections with the query scaled before the dot product, LayerNorm
+before (most sizes) or after (opt-350m) each sub-block, a ReLU MLP (fc1/fc2), optional
+project_in/project_out around the decoder when word_embed_proj_dim != hidden_size (opt-350m),
+and an LM head tied to the token embeddings.
+
+With project_out, Hugging Face's last hidden state is the projected (word_embed_proj_dim) one;
+here ``last_hidden_state`` and the last entry of ``hidden_states`` stay in hidden_size (before
+project_out) so that all hidden states stack, and ``logits`` applies project_out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+from flax import nnx
+
+from lmprobe.models.base import HF, Family, ModelOutput, mask_and_positions, hf_hidden_states, run_blocks
+from lmprobe.models.layers import (
+    Embed, lm_logits, LayerNorm, Linear, activation, attention_bias, check_length,
+    dot_product_attention, stacked, update_cache)
+
+POSITION_OFFSET = 2  # OPT's position table has two leading rows (a fairseq padding-index relic)
+LAYER_NORM_EPS = 1e-5  # torch's nn.LayerNorm default; OPT's config has no eps field
+
+
+@dataclasses.dataclass(frozen=True)
+class OPTConfig:
+    vocab_size: int
+    hidden_size: int
+    ffn_dim: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    word_embed_proj_dim: int
+    max_position_embeddings: int = 2048
+    do_layer_norm_before: bool = True
+    remove_final_layer_norm: bool = False
+    layer_norm_elementwise_affine: bool = True
+    enable_bias: bool = True
+    activation_function: str = "relu"
+    tie_word_embeddings: bool = True
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def has_final_layer_norm(self) -> bool:
+        return self.do_layer_norm_before and not self.remove_final_layer_norm
+
+    @classmethod
+    def from_hf(cls, c: dict) -> "OPTConfig":
+        return cls(
+            vocab_size=c["vocab_size"], hidden_size=c["hidden_size"], ffn_dim=c["ffn_dim"],
+            num_hidden_layers=c["num_hidden_layers"], num_attention_heads=c["num_attention_heads"],
+            word_embed_proj_dim=c.get("word_embed_proj_dim") or c["hidden_size"],
+            max_position_embeddings=c.get("max_position_embeddings", 2048),
+            do_layer_norm_before=c.get("do_layer_norm_before", True),
+            remove_final_layer_norm=c.get("_remove_final_layer_norm", False),
+            layer_norm_elementwise_affine=c.get("layer_norm_elementwise_affine", True),
+            enable_bias=c.get("enable_bias", True),
+            activation_function=c.get("activation_function", "relu"),
+            tie_word_embeddings=c.get("tie_word_embeddings", True))
+
+
+def _layer_norm(cfg: OPTConfig, **kw) -> LayerNorm:
+    affine = cfg.layer_norm_elementwise_affine
+    return LayerNorm(cfg.hidden_size, eps=LAYER_NORM_EPS, use_scale=affine, use_bias=affine, **kw)
+
+
+class OPTAttention(nnx.Module):
+    def __init__(self, cfg: OPTConfig, *, dtype, param_dtype, rngs):
+        d = cfg.hidden_size
+        kw = dict(use_bias=cfg.enable_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.k_proj = Linear(d, d, axes=("embed", "heads"), **kw)
+        self.v_proj = Linear(d, d, axes=("embed", "heads"), **kw)
+        self.q_proj = Linear(d, d, axes=("embed", "heads"), **kw)
+        self.out_proj = Linear(d, d, axes=("heads", "embed"), **kw)
+        self.shape = (cfg.num_attention_heads, cfg.head_dim)
+
+    def __call__(self, x, *, bias, positions, cache, cache_index):
+        (b, t, _), (h, hd) = x.shape, self.shape
+        q = (self.q_proj(x) * hd ** -0.5).reshape(b, t, h, hd)  # scaled before q.k, as HF does
+        k = self.k_proj(x).reshape(b, t, h, hd)
+        v = self.v_proj(x).reshape(b, t, h, hd)
+        k, v, cache = update_cache(cache, k, v, cache_index)
+        return self.out_proj(dot_product_attention(q, k, v, bias, scale=1.0)), cache
+
+
+class OPTDecoderLayer(nnx.Module):
+    def __init__(self, cfg: OPTConfig, *, dtype, param_dtype, rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.self_attn = OPTAttention(cfg, **kw)
+        self.self_attn_layer_norm = _layer_norm(cfg, **kw)
+        self.fc1 = Linear(cfg.hidden_size, cfg.ffn_dim, axes=("embed", "mlp"), use_bias=cfg.enable_bias, **kw)
+        self.fc2 = Linear(cfg.ffn_dim, cfg.hidden_size, axes=("mlp", "embed"), use_bias=cfg.enable_bias, **kw)
+        self.final_layer_norm = _layer_norm(cfg, **kw)
+        self.act = activation(cfg.activation_function)
+        self.do_layer_norm_before = cfg.do_layer_norm_before
+
+    def __call__(self, x, *, bias, positions, cache, cache_index):
+        pre = self.do_layer_norm_before  # False: post-norm (opt-350m)
+        a, cache = self.self_attn(self.self_attn_layer_norm(x) if pre else x, bias=bias,
+                                  positions=positions, cache=cache, cache_index=cache_index)
+        x = x + a
+        if not pre:
+            x = self.self_attn_layer_norm(x)
+        x = x + self.fc2(self.act(self.fc1(self.final_layer_norm(x) if pre else x)))
+        if not pre:
+            x = self.final_layer_norm(x)
+        return x, cache
+
+
+class OPT(nnx.Module):
+    """Causal LM: ``model(input_ids, attention_mask) -> ModelOutput`` with fp32 logits."""
+
+    def __init__(self, cfg: OPTConfig, *, dtype=jnp.float32, param_dtype=jnp.float32, rngs: nnx.Rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype)
+        d, w = cfg.hidden_size, cfg.word_embed_proj_dim
+        self.config = cfg
+        self.embed_tokens = Embed(cfg.vocab_size, w, rngs=rngs, **kw)
+        self.embed_positions = Embed(cfg.max_position_embeddings + POSITION_OFFSET, d,
+                                     axes=("positions", "embed"), rngs=rngs, **kw)
+        # word_embed_proj_dim and hidden_size are both model widths; only the latter is sharded.
+        projected = w != d
+        self.project_in = Linear(w, d, axes=(None, "embed"), use_bias=False, rngs=rngs, **kw) if projected else None
+        self.project_out = Linear(d, w, axes=("embed", None), use_bias=False, rngs=rngs, **kw) if projected else None
+        self.layers = stacked(lambda r: OPTDecoderLayer(cfg, rngs=r, **kw), cfg.num_hidden_layers, rngs)
+        self.final_layer_norm = _layer_norm(cfg, rngs=rngs, **kw) if cfg.has_final_layer_norm else None
+        self.lm_head = None if cfg.tie_word_embeddings else Linear(
+            w, cfg.vocab_size, axes=("embed", "vocab"), use_bias=False, rngs=rngs, **kw)
+
+    def embed(self, input_ids):
+        """Token embeddings (HF's inputs_embeds); project_in and positions are applied in __call__."""
+        return self.embed_tokens(input_ids)
+
+    def logits(self, hidden):
+        """fp32 logits for final hidden states (call it only at the positions you need)."""
+        if self.project_out is not None:
+            hidden = self.project_out(hidden)
+        return lm_logits(hidden, self.embed_tokens, self.lm_head)
+
+    def __call__(self, input_ids=None, attention_mask=None, *, inputs_embeds=None, positions=None,
+                 cache=None, cache_index=0, output_hidden_states=False, compute_logits=True):
+        h = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
+        t = h.shape[1]
+        key_mask, positions = mask_and_positions(h, attention_mask, positions, cache_index)
+        check_length(key_mask.shape[-1], self.config.max_position_embeddings)
+        if self.project_in is not None:
+            h = self.project_in(h)
+        h = h + self.embed_positions(positions + POSITION_OFFSET)
+        bias = attention_bias(key_mask, t, causal=True, query_offset=cache_index)
+        out, per_layer, cache = run_blocks(self.layers, h, bias=bias, positions=positions, cache=cache,
+                                           cache_index=cache_index,
+                                           output_hidden_states=output_hidden_states)
+        last = out if self.final_layer_norm is None else self.final_layer_norm(out)
+        return ModelOutput(last, hf_hidden_states(h, per_layer, last),
+                           self.logits(last) if compute_logits else None, cache)
+
+
+_D = "model.decoder."
+_L = _D + "layers.{i}."
+FAMILY = Family(
+    name="opt",
+    config_from_hf=OPTConfig.from_hf,
+    model=OPT,
+    base_prefix="model.",
+    is_decoder=True,
+    hf_params={
+        "embed_tokens.embedding": HF(_D + "embed_tokens.weight"),
+        "embed_positions.embedding": HF(_D + "embed_positions.weight"),
+        "project_in.kernel": HF(_D + "project_in.weight", transpose=True),
+        "project_out.kernel": HF(_D + "project_out.weight", transpose=True),
+        "layers.self_attn.q_proj.kernel": HF(_L + "self_attn.q_proj.weight", transpose=True),
+        "layers.self_attn.q_proj.bias": HF(_L + "self_attn.q_proj.bias"),
+        "layers.self_attn.k_proj.kernel": HF(_L + "self_attn.k_proj.weight", transpose=True),
+        "layers.self_attn.k_proj.bias": HF(_L + "self_attn.k_proj.bias"),
+        "layers.self_attn.v_proj.kernel": HF(_L + "self_attn.v_proj.weight", transpose=True),
+        "layers.self_attn.v_proj.bias": HF(_L + "self_attn.v_proj.bias"),
+        "layers.self_attn.out_proj.kernel": HF(_L + "self_attn.out_proj.weight", transpose=True),
+        "layers.self_attn.out_proj.bias": HF(_L + "self_attn.out_proj.bias"),
+        "layers.self_attn_layer_norm.weight": HF(_L + "self_attn_layer_norm.weight"),
+        "layers.self_attn_layer_norm.bias": HF(_L + "self_attn_layer_norm.bias"),
+        "layers.fc1.kernel": HF(_L + "fc1.weight", transpose=True),
+        "layers.fc1.bias": HF(_L + "fc1.bias"),
+        "layers.fc2.kernel": HF(_L + "fc2.weight", transpose=True),
+        "layers.fc2.bias": HF(_L + "fc2.bias"),
+        "layers.final_layer_norm.weight": HF(_L + "final_layer_norm.weight"),
+        "layers.final_layer_norm.bias": HF(_L + "final_layer_norm.bias"),
+        "final_layer_norm.weight": HF(_D + "final_layer_norm.weight"),
+        "final_layer_norm.bias": HF(_D + "final_layer_norm.bias"),
+        "lm_head.kernel": HF("lm_head.weight", transpose=True),
+    },
+)
