@@ -53,10 +53,10 @@ def main(argv=None):
           f"{args.text!r}: {n} tokens, mean NLL {nll:.3f} nats, perplexity {np.exp(nll):.1f}")
 
     enc, enc_s = _timed_load(args.encoder, args)
-    a, b = mean_pooled(enc, ["I loved this movie", "I adored this film"])
+    a, b = mean_pooled(enc, ["I loved this movie.", "I adored this film."])
     cos = float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
     print(f"{args.encoder}: {enc.family.name}, loaded in {enc_s:.1f} s; "
-          f"cosine('I loved this movie', 'I adored this film') = {cos:.3f}")
+          f"cosine('I loved this movie.', 'I adored this film.') = {cos:.3f}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Test session setup: CPU only, no network, fp32 matmuls."""
+"""Test session setup: CPU only with 8 virtual devices (multi-device tests), no network, fp32 matmuls."""
 
 import os
 
@@ -8,4 +8,5 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import jax  # noqa: E402
 
+jax.config.update("jax_num_cpu_devices", 8)
 jax.config.update("jax_default_matmul_precision", "highest")

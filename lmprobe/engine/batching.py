@@ -1,0 +1,96 @@
+"""Length-bucketed batching: few shapes, so jit compiles a handful of programs, not one per input.
+
+Sequences are grouped by bucket length (the smallest bucket that holds them), longest first,
+cut into batches, and padded to the bucket length and to one of a few batch sizes. ``restore``
+puts per-sequence results back in input order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+from lmprobe.errors import LmprobeError
+
+LENGTH_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """Rows ``0 .. len(indices)-1`` hold the input sequences ``indices``; later rows are padding."""
+
+    indices: np.ndarray  # [n] positions in the input list
+    ids: np.ndarray  # [batch, length] int32
+    mask: np.ndarray  # [batch, length] int32, 1 on real tokens
+    lengths: np.ndarray  # [n] real lengths
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.ids.shape
+
+
+def bucket_length(n: int, buckets: Sequence[int] = LENGTH_BUCKETS) -> int:
+    """The smallest bucket >= n (beyond the largest: the next multiple of it)."""
+    for b in buckets:
+        if n <= b:
+            return b
+    return -(-n // buckets[-1]) * buckets[-1]
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def batch_size_for(length: int, batch_size: int, max_tokens: int | None, multiple_of: int = 1) -> int:
+    """Rows per batch at ``length``: ``batch_size``, capped at ``max_tokens`` tokens, a multiple of the data axis."""
+    rows = batch_size if max_tokens is None else min(batch_size, max(1, max_tokens // length))
+    return max(multiple_of, rows // multiple_of * multiple_of)
+
+
+def make_batches(seqs: Sequence[Sequence[int]], *, batch_size: int, max_tokens: int | None = None,
+                 buckets: Sequence[int] = LENGTH_BUCKETS, pad_id: int = 0, left_pad: bool = False,
+                 multiple_of: int = 1) -> list[Batch]:
+    """Bucketed, padded batches covering every sequence once, longest bucket first.
+
+    A batch's row count is the bucket's full batch size, or for the last, partial batch of a
+    bucket a power of two (times ``multiple_of``, the data-axis size) that holds it.
+    ``left_pad`` puts padding first (generation); otherwise padding goes last.
+    """
+    lengths = np.asarray([len(s) for s in seqs], dtype=np.int64)
+    if len(lengths) and lengths.min() == 0:
+        empty = int(np.argmin(lengths))
+        raise LmprobeError(f"input {empty} is empty (no tokens): drop empty texts or let the "
+                           "tokenizer add special tokens")
+    by_bucket: dict[int, list[int]] = {}
+    for i in np.argsort(-lengths, kind="stable"):
+        by_bucket.setdefault(bucket_length(int(lengths[i]), buckets), []).append(int(i))
+    batches = []
+    for length in sorted(by_bucket, reverse=True):
+        members = by_bucket[length]
+        rows = batch_size_for(length, batch_size, max_tokens, multiple_of)
+        for start in range(0, len(members), rows):
+            chunk = members[start:start + rows]
+            size = rows if len(chunk) == rows else min(rows, multiple_of * _pow2_at_least(-(-len(chunk) // multiple_of)))
+            batches.append(_pad(seqs, chunk, size, length, pad_id, left_pad))
+    return batches
+
+
+def _pad(seqs, chunk, rows, length, pad_id, left_pad) -> Batch:
+    ids = np.full((rows, length), pad_id, np.int32)
+    mask = np.zeros((rows, length), np.int32)
+    for row, i in enumerate(chunk):
+        s = np.asarray(seqs[i], np.int32)
+        where = slice(length - len(s), length) if left_pad else slice(0, len(s))
+        ids[row, where], mask[row, where] = s, 1
+    return Batch(np.asarray(chunk), ids, mask, np.asarray([len(seqs[i]) for i in chunk]))
+
+
+def restore(batches: Sequence[Batch], per_batch: Sequence[Sequence], n: int) -> list:
+    """Results of each batch's real rows, back in input order (a list of length n)."""
+    out = [None] * n
+    for batch, results in zip(batches, per_batch):
+        for row, i in enumerate(batch.indices):
+            out[i] = results[row]
+    return out

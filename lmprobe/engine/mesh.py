@@ -1,0 +1,70 @@
+"""The device mesh ('data', 'model') and the rules that place parameters and batches on it.
+
+One code path from one CPU to a multi-host TPU pod: parameters carry logical axis names
+(lmprobe.models.layers), a rules table maps them to mesh axes, and jit with NamedSharding does
+the rest (no pmap). Tensor parallelism shards heads, MLP and vocabulary over 'model'; FSDP also
+shards the embedding dimension over 'data', so that every device holds a slice of every matrix.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+
+from lmprobe.errors import LmprobeError
+
+DATA, MODEL = "data", "model"
+
+# logical axis -> mesh axis (None: replicated)
+TENSOR_PARALLEL = {"vocab": MODEL, "heads": MODEL, "kv_heads": MODEL, "mlp": MODEL,
+                   "embed": None, "layers": None, "positions": None}
+FSDP = {**TENSOR_PARALLEL, "embed": DATA}
+RULES = {"tp": TENSOR_PARALLEL, "fsdp": FSDP}
+
+def make_mesh(model_parallel: int = 1, devices=None) -> Mesh:
+    """A (data, model) mesh over all devices; ``model_parallel`` devices share each model copy."""
+    devices = list(jax.devices() if devices is None else devices)
+    if model_parallel < 1 or len(devices) % model_parallel:
+        raise LmprobeError(
+            f"--model_parallel={model_parallel} does not divide the {len(devices)} devices: "
+            f"choose one of {[d for d in range(1, len(devices) + 1) if len(devices) % d == 0]}")
+    shape = (len(devices) // model_parallel, model_parallel)
+    return Mesh(np.asarray(devices).reshape(shape), (DATA, MODEL), axis_types=(AxisType.Auto,) * 2)
+
+
+def spec_for(shape: tuple, axes: tuple, mesh: Mesh, rules: dict) -> PartitionSpec:
+    """PartitionSpec for an array whose dims are named ``axes``; dims that do not divide stay whole."""
+    spec, used = [], set()
+    for size, name in zip(shape, axes):
+        mesh_axis = rules.get(name)
+        if mesh_axis is None or mesh_axis in used or size % mesh.shape[mesh_axis]:
+            spec.append(None)
+        else:
+            spec.append(mesh_axis)
+            used.add(mesh_axis)
+    return PartitionSpec(*spec)
+
+
+def placement(mesh: Mesh, strategy: str = "fsdp"):
+    """A loader placement: puts each host array straight onto its sharding.
+
+    Each device receives only its slice (make_array_from_callback), so this works unchanged
+    across the hosts of a pod, every host reading the same checkpoint.
+    """
+    rules = RULES[strategy]
+
+    def place(array: np.ndarray, axes: tuple) -> jax.Array:
+        sharding = NamedSharding(mesh, spec_for(array.shape, axes, mesh, rules))
+        return jax.make_array_from_callback(array.shape, sharding, lambda index: array[index])
+
+    return place
+
+
+def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
+    """Leading (batch) axis over 'data', the rest replicated."""
+    return NamedSharding(mesh, PartitionSpec(DATA, *([None] * (ndim - 1))))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, PartitionSpec())

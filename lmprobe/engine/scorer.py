@@ -1,0 +1,373 @@
+"""The model queries every method uses, jitted, length-bucketed and sharded over the mesh.
+
+    scorer = Scorer.load("smollm2-135m")
+    scorer.score(["Some text."])                       # token log-probs, NLL, log-perplexity
+    scorer.next_token_stats(a, a_pos, b, b_pos)        # JSD / KL / entropy / mass / top-k, on device
+    scorer.embed(["Some text."], pooling="mean")       # sentence embeddings
+    scorer.embed_inputs(x)                             # continuous inputs (Gaussian probing)
+    scorer.generate(["Once upon"], max_new_tokens=20)  # KV-cache generation
+
+Inputs are texts or pre-tokenized id lists. Results come back in input order as numpy arrays;
+no full-vocabulary array ever leaves the device. A method never touches devices or padding.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+import kernels
+from lmprobe.engine import generation
+from lmprobe.engine.batching import LENGTH_BUCKETS, Batch, make_batches, restore
+from lmprobe.engine.mesh import DATA, batch_sharding, make_mesh, placement, replicated
+from lmprobe.engine.runtime import enable_compilation_cache, initialize_distributed
+from lmprobe.errors import LmprobeError
+
+POOLINGS = ("mean", "cls", "last", "first_last_avg")
+_TIME_CHUNK = 32  # positions per LM-head slice when scoring every token
+
+
+@dataclasses.dataclass
+class Scores:
+    """Per-text scores. token_logprobs[i][t] = ln p(token t+1 | tokens <= t) of text i."""
+
+    token_logprobs: list[np.ndarray]
+    nll: np.ndarray  # summed over predicted tokens, nats
+    num_predicted: np.ndarray
+
+    @property
+    def mean_nll(self) -> np.ndarray:
+        """Mean token NLL in nats: the log-perplexity."""
+        return self.nll / np.maximum(self.num_predicted, 1)
+
+
+class Scorer:
+    """A model, its tokenizer and a mesh, with jitted entry points for every method."""
+
+    def __init__(self, model: nnx.Module, tokenizer=None, *, mesh=None, batch_size: int = 16,
+                 max_tokens: int | None = None, max_length: int | None = None,
+                 truncate: bool = True, buckets: Sequence[int] = LENGTH_BUCKETS):
+        enable_compilation_cache()
+        self.mesh = mesh if mesh is not None else make_mesh()
+        self.tokenizer = tokenizer
+        self.config = model.config
+        self.is_decoder = hasattr(model, "logits")
+        self.vocab_size = model.config.vocab_size
+        self.max_length = max_length or getattr(model, "max_length", model.config.max_position_embeddings)
+        self.batch_size, self.max_tokens, self.buckets = batch_size, max_tokens, buckets
+        self.truncate = truncate
+        self.truncated = 0  # inputs cut to max_length so far
+        self.compilations = collections.Counter()  # traces per entry point (tests, diagnostics)
+        self._graphdef, self._state = nnx.split(model)
+
+    @classmethod
+    def load(cls, name: str, *, dtype=jnp.float32, model_parallel: int = 1, strategy: str = "fsdp",
+             offline: bool | None = None, allow_pickle: bool = False, **kwargs) -> "Scorer":
+        """Load ``name`` with its parameters placed straight onto their shardings."""
+        from lmprobe.checkpoints import load
+
+        initialize_distributed()
+        mesh = make_mesh(model_parallel)
+        loaded = load(name, dtype=dtype, place=placement(mesh, strategy), offline=offline,
+                      allow_pickle=allow_pickle)
+        return cls(loaded.model, loaded.tokenizer, mesh=mesh, **kwargs)
+
+    @property
+    def model(self) -> nnx.Module:
+        return nnx.merge(self._graphdef, self._state)
+
+    # ------------------------------------------------------------------ inputs
+
+    def encode(self, inputs: Sequence[str] | Sequence[Sequence[int]]) -> list[list[int]]:
+        """Token ids of texts (with the tokenizer's special tokens), or id lists checked as given."""
+        if len(inputs) and isinstance(inputs[0], str):
+            if self.tokenizer is None:
+                raise LmprobeError("this Scorer has no tokenizer: pass token id lists, or build it "
+                                   "with Scorer.load(name) / a tokenizer")
+            seqs = self.tokenizer(list(inputs))["input_ids"]
+        else:
+            seqs = [list(map(int, s)) for s in inputs]
+        for i, s in enumerate(seqs):
+            bad = [t for t in s if not 0 <= t < self.vocab_size]
+            if bad:
+                raise LmprobeError(f"input {i} has token id {bad[0]} outside the vocabulary "
+                                   f"[0, {self.vocab_size}): use ids from this model's tokenizer")
+        return [self._fit(i, s) for i, s in enumerate(seqs)]
+
+    def _fit(self, i: int, seq: list[int], limit: int | None = None, keep: str = "first") -> list[int]:
+        """``seq`` cut to ``limit`` tokens (the context by default), counted; or an error."""
+        limit = limit or self.max_length
+        if len(seq) <= limit:
+            return seq
+        if not self.truncate:
+            raise LmprobeError(f"input {i} has {len(seq)} tokens, more than the {limit} that fit the "
+                               f"model's context of {self.max_length}: shorten it, or allow "
+                               "truncation (truncate=True)")
+        self.truncated += 1
+        return seq[:limit] if keep == "first" else seq[-limit:]
+
+    def _batches(self, seqs, *, left_pad=False, batch_size=None) -> list[Batch]:
+        return make_batches(seqs, batch_size=batch_size or self.batch_size, max_tokens=self.max_tokens,
+                            buckets=self.buckets, left_pad=left_pad, multiple_of=self.mesh.shape[DATA])
+
+    def _rows(self, wanted: int) -> int:
+        """A batch row count near ``wanted`` that the 'data' axis divides."""
+        d = self.mesh.shape[DATA]
+        return max(d, wanted // d * d)
+
+    def _put(self, *arrays):
+        """Host arrays (the same on every host) onto the mesh, batch axis over 'data'."""
+        return tuple(jax.make_array_from_callback(np.shape(a), batch_sharding(self.mesh, np.ndim(a)),
+                                                  lambda index, a=a: a[index]) for a in arrays)
+
+    def _jit(self, name, fn, **static):
+        """``fn(model, *args)`` jitted once per Scorer; traces are counted in ``compilations``."""
+        key = (name, tuple(sorted(static.items())))
+        cache = self.__dict__.setdefault("_jitted", {})
+        if key not in cache:
+            graphdef = self._graphdef
+
+            def traced(state, *args):
+                self.compilations[name] += 1
+                return fn(nnx.merge(graphdef, state), *args, **static)
+
+            # Replicated outputs are fully addressable on every host of a pod.
+            cache[key] = jax.jit(traced, out_shardings=replicated(self.mesh))
+        return functools.partial(cache[key], self._state)
+
+    def _require_decoder(self, what: str):
+        if not self.is_decoder:
+            raise LmprobeError(f"{what} needs a causal language model; {type(self.model).__name__} "
+                               "is an encoder: use a decoder checkpoint (llama, gpt2, opt, ...)")
+
+    # ------------------------------------------------------------------ scoring
+
+    def score(self, inputs) -> Scores:
+        """Token log-probabilities, summed NLL and log-perplexity of each text or id list."""
+        self._require_decoder("score")
+        seqs = self.encode(inputs)
+        if not seqs:
+            return Scores([], np.zeros(0), np.zeros(0, np.int64))
+        step = self._jit("score", _token_logprobs)
+        batches = self._batches(seqs)
+        per_batch = [np.asarray(step(*self._put(b.ids, b.mask))) for b in batches]
+        rows = restore(batches, [[lp[r, :n - 1] for r, n in enumerate(b.lengths)]
+                                 for b, lp in zip(batches, per_batch)], len(seqs))
+        return Scores(rows, np.asarray([-r.sum() for r in rows], np.float64),
+                      np.asarray([len(r) for r in rows]))
+
+    def next_token_stats(self, a, a_positions, b, b_positions, *, token_set=None,
+                         top_k: int = 0) -> dict[str, list[np.ndarray]]:
+        """Compare next-token distributions of paired inputs at chosen positions.
+
+        Position t of an input is the distribution of the token after token t (negative t counts
+        from the end: -1 is after the last token). Pair i compares a[i] at a_positions[i][j] with
+        b[i] at b_positions[i][j]. Returns per pair, per position: 'jsd', 'kl_ab', 'kl_ba',
+        'entropy_a', 'entropy_b'; 'mass_a', 'mass_b' (probability on ``token_set``, a list of
+        token ids) when given; 'topk_a', 'topk_b' ids and 'topk_logp_a', 'topk_logp_b' when
+        top_k > 0. The LM head runs only at these positions, on device.
+        """
+        self._require_decoder("next_token_stats")
+        if not (len(a) == len(b) == len(a_positions) == len(b_positions)):
+            raise LmprobeError("next_token_stats needs as many a, a_positions, b and b_positions")
+        counts = [len(p) for p in a_positions]
+        if counts != [len(p) for p in b_positions]:
+            raise LmprobeError("pair i must compare as many positions in a[i] as in b[i]")
+        if not len(a):
+            return {}
+        seqs = self.encode(list(a) + list(b))
+        positions = [_absolute(p, len(s), i) for i, (s, p) in
+                     enumerate(zip(seqs, list(a_positions) + list(b_positions)))]
+        hidden = self._hidden_at(seqs, positions)  # [2N, P, D] on host, P = padded max positions
+        n, width = len(a), hidden.shape[1]
+        valid = np.zeros((n, width), bool)
+        for i, c in enumerate(counts):
+            valid[i, :c] = True
+        mask = np.zeros(self.vocab_size, bool)
+        if token_set is not None:
+            mask[np.asarray(token_set, np.int64)] = True
+        step = self._jit("pair_stats", _pair_stats, top_k=top_k, with_mass=token_set is not None)
+        rows = self._rows(self.batch_size // max(1, width // 8))
+        results = collections.defaultdict(list)
+        for start in range(0, n, rows):
+            idx = np.arange(start, start + rows)
+            take = np.minimum(idx, n - 1)  # pad the last chunk with repeats, dropped below
+            out = step(*self._put(hidden[take], hidden[n + take]), jnp.asarray(mask))
+            for key, value in out.items():
+                value = np.asarray(value)
+                for r, i in enumerate(idx[idx < n]):
+                    results[key].append(value[r, :counts[i]])
+        return dict(results)
+
+    def _hidden_at(self, seqs, positions) -> np.ndarray:
+        """Final hidden states at the given positions, [N, P, D], P a power of two >= max count."""
+        width = 1 << max(0, (max(len(p) for p in positions) - 1).bit_length())
+        step = self._jit("hidden_at", _hidden_at)
+        batches = self._batches(seqs)
+        per_batch = []
+        for batch in batches:
+            pos = np.zeros((batch.shape[0], width), np.int32)
+            for row, i in enumerate(batch.indices):
+                pos[row, :len(positions[i])] = positions[i]
+            per_batch.append(np.asarray(step(*self._put(batch.ids, batch.mask, pos))))
+        return np.stack(restore(batches, per_batch, len(seqs)))
+
+    # ------------------------------------------------------------------ embeddings
+
+    def embed(self, inputs, *, pooling: str = "mean", layer: int = -1) -> np.ndarray:
+        """Sentence embeddings [N, D] of texts or id lists.
+
+        pooling: 'mean' over real tokens, 'cls' (first token), 'last' (last real token: decoders),
+        or 'first_last_avg' (SimCSE: mean over tokens of the average of the first layer's output,
+        hidden_states[1], and the last). ``layer`` picks the hidden state in HF's numbering
+        (0 = embeddings, -1 = last) for the other poolings.
+        """
+        _check_pooling(pooling)
+        seqs = self.encode(inputs)
+        if not seqs:
+            return np.zeros((0, self._hidden_size()), np.float32)
+        step = self._jit("embed", _embed, pooling=pooling, layer=layer)
+        batches = self._batches(seqs)
+        per_batch = [np.asarray(step(*self._put(b.ids, b.mask))) for b in batches]
+        return np.stack(restore(batches, per_batch, len(seqs)))
+
+    def embed_inputs(self, inputs_embeds: np.ndarray, attention_mask: np.ndarray | None = None, *,
+                     pooling: str = "mean", layer: int = -1) -> np.ndarray:
+        """Embeddings [N, D] of continuous inputs [N, T, D] fed in place of token embeddings."""
+        _check_pooling(pooling)
+        x = np.asarray(inputs_embeds, np.float32)
+        if x.ndim != 3 or x.shape[-1] != self._hidden_size():
+            raise LmprobeError(f"inputs_embeds has shape {x.shape}; expected [N, T, "
+                               f"{self._hidden_size()}] (the model's hidden size)")
+        mask = np.ones(x.shape[:2], np.int32) if attention_mask is None else np.asarray(attention_mask, np.int32)
+        n = len(x)
+        if n == 0:
+            return np.zeros((0, x.shape[-1]), np.float32)
+        rows = self._rows(self.batch_size)
+        step = self._jit("embed_inputs", _embed, pooling=pooling, layer=layer, continuous=True)
+        out = []
+        for start in range(0, n, rows):
+            take = np.minimum(np.arange(start, start + rows), n - 1)
+            out.append(np.asarray(step(*self._put(x[take], mask[take])))[:min(rows, n - start)])
+        return np.concatenate(out)
+
+    def _hidden_size(self) -> int:
+        return self.config.hidden_size
+
+    # ------------------------------------------------------------------ generation
+
+    def generate(self, prompts, *, max_new_tokens: int = 20, temperature: float = 0.0,
+                 top_k: int = 0, top_p: float = 1.0, seed: int = 0, eos_id: int | None = None,
+                 decode: bool = True) -> list:
+        """Continuations of each prompt: greedy (temperature 0) or sampled, KV-cached.
+
+        Stops at ``eos_id`` (the tokenizer's by default) or after max_new_tokens. Sampling is
+        seeded per prompt (its index), so a prompt gets the same continuation whatever the
+        batch size. Returns texts (decode=True) or id lists, without the prompt.
+        """
+        self._require_decoder("generate")
+        room = self.max_length - max_new_tokens
+        if room < 1:
+            raise LmprobeError(f"max_new_tokens={max_new_tokens} leaves no room for a prompt in the "
+                               f"model's context of {self.max_length}")
+        seqs = [self._fit(i, s, room, keep="last") for i, s in enumerate(self.encode(prompts))]
+        if not seqs:
+            return []
+        if eos_id is None and self.tokenizer is not None:
+            eos_id = self.tokenizer.eos_token_id
+        eos = -1 if eos_id is None else int(eos_id)
+        batches = self._batches(seqs, left_pad=True)
+        per_batch = []
+        for batch in batches:
+            step = self._jit("generate", generation.generate, max_new_tokens=max_new_tokens,
+                             top_k=top_k, greedy=temperature <= 0)
+            index = np.full(batch.shape[0], -1, np.int32)
+            index[:len(batch.indices)] = batch.indices
+            tokens = np.asarray(step(*self._put(batch.ids, batch.mask, index), jnp.uint32(seed),
+                                     jnp.float32(max(temperature, 1e-6)), jnp.float32(top_p), jnp.int32(eos)))
+            per_batch.append([_until_eos(row, eos) for row in tokens])
+        outputs = restore(batches, per_batch, len(seqs))
+        if decode and self.tokenizer is not None:
+            return [self.tokenizer.decode(o) for o in outputs]
+        return outputs
+
+
+# ---------------------------------------------------------------------- jitted bodies
+
+
+def _token_logprobs(model, ids, mask):
+    """[B, T]: ln p(ids[t+1] | ids[<=t]), the LM head run over slices of positions."""
+    h = model(ids, mask, compute_logits=False).last_hidden_state
+    b, t, d = h.shape
+    targets = jnp.roll(ids, -1, axis=1)
+    chunk = min(t, _TIME_CHUNK)
+    hs = h.reshape(b, t // chunk, chunk, d).swapaxes(0, 1)
+    ts = targets.reshape(b, t // chunk, chunk).swapaxes(0, 1)
+    lp = jax.lax.map(lambda x: kernels.token_log_probs(model.logits(x[0]), x[1]), (hs, ts))
+    return lp.swapaxes(0, 1).reshape(b, t)
+
+
+def _hidden_at(model, ids, mask, positions):
+    h = model(ids, mask, compute_logits=False).last_hidden_state
+    return jnp.take_along_axis(h, positions[..., None], axis=1)
+
+
+def _pair_stats(model, ha, hb, token_mask, *, top_k, with_mass):
+    la, lb = model.logits(ha), model.logits(hb)  # [n, P, V], on device only
+    out = {"jsd": kernels.js_divergence(la, lb), "kl_ab": kernels.kl_divergence(la, lb),
+           "kl_ba": kernels.kl_divergence(lb, la), "entropy_a": kernels.entropy(la),
+           "entropy_b": kernels.entropy(lb)}
+    if with_mass:
+        out["mass_a"] = kernels.token_set_mass(la, token_mask)
+        out["mass_b"] = kernels.token_set_mass(lb, token_mask)
+    if top_k:
+        for name, logits in (("a", la), ("b", lb)):
+            logp, ids = jax.lax.top_k(jax.nn.log_softmax(logits, axis=-1), top_k)
+            out[f"topk_{name}"], out[f"topk_logp_{name}"] = ids, logp
+    return out
+
+
+def _embed(model, x, mask, *, pooling, layer, continuous=False):
+    kwargs = dict(inputs_embeds=x) if continuous else dict(input_ids=x)
+    need_all = pooling == "first_last_avg" or layer != -1
+    out = model(attention_mask=mask, output_hidden_states=need_all, **kwargs,
+                **({"compute_logits": False} if hasattr(model, "logits") else {}))
+    if pooling == "first_last_avg":
+        h = 0.5 * (out.hidden_states[1] + out.hidden_states[-1])
+    else:
+        h = out.hidden_states[layer] if need_all else out.last_hidden_state
+    h = h.astype(jnp.float32)
+    m = mask.astype(jnp.float32)[..., None]
+    if pooling in ("mean", "first_last_avg"):
+        return (h * m).sum(1) / jnp.maximum(m.sum(1), 1.0)
+    if pooling == "cls":
+        return h[:, 0]
+    last = jnp.maximum(mask.sum(1) - 1, 0)  # right padding: last real token
+    return jnp.take_along_axis(h, last[:, None, None], axis=1)[:, 0]
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _absolute(positions, length, i) -> list[int]:
+    out = [p + length if p < 0 else p for p in positions]
+    if any(not 0 <= p < length for p in out):
+        raise LmprobeError(f"input {i} has {length} tokens; positions {list(positions)} fall outside it")
+    return out
+
+
+def _check_pooling(pooling):
+    if pooling not in POOLINGS:
+        raise LmprobeError(f"pooling {pooling!r} is not one of {', '.join(POOLINGS)}")
+
+
+def _until_eos(row, eos) -> list[int]:
+    row = [int(t) for t in row]
+    return row[:row.index(eos) + 1] if eos in row else row

@@ -1,0 +1,42 @@
+"""Length-bucketed batching: few shapes, every input once, results back in input order."""
+
+import numpy as np
+import pytest
+
+from lmprobe.engine.batching import bucket_length, make_batches, restore
+from lmprobe.errors import LmprobeError
+
+
+def test_bucket_length():
+    assert [bucket_length(n) for n in (1, 16, 17, 100, 8192)] == [16, 16, 32, 128, 8192]
+    assert bucket_length(70000) == 98304  # past the largest bucket: its next multiple
+
+
+@pytest.mark.parametrize("left_pad", [False, True])
+def test_batches_cover_inputs_and_restore_order(left_pad):
+    rng = np.random.default_rng(0)
+    seqs = [list(rng.integers(1, 50, size=n)) for n in rng.integers(1, 300, size=101)]
+    batches = make_batches(seqs, batch_size=8, left_pad=left_pad, multiple_of=2)
+    assert sorted(np.concatenate([b.indices for b in batches]).tolist()) == list(range(101))
+    shapes = {b.shape for b in batches}
+    assert {length for _, length in shapes} <= {16, 32, 64, 128, 256, 512}
+    assert {rows for rows, _ in shapes} <= {2, 4, 8}  # full batches, or a power of two times the data axis
+    for b in batches:
+        for row, i in enumerate(b.indices):
+            real = b.ids[row][b.mask[row].astype(bool)]
+            assert real.tolist() == seqs[i]
+            assert bool(b.mask[row, 0 if left_pad else -1]) == (len(seqs[i]) == b.shape[1])
+    echoed = restore(batches, [[b.ids[r][b.mask[r].astype(bool)].tolist() for r in range(len(b.indices))]
+                               for b in batches], len(seqs))
+    assert echoed == [list(map(int, s)) for s in seqs]
+
+
+def test_token_budget_shrinks_long_batches():
+    seqs = [[1] * 1000] * 5 + [[1] * 10] * 5
+    batches = make_batches(seqs, batch_size=8, max_tokens=2048)
+    assert {b.shape for b in batches} == {(2, 1024), (1, 1024), (8, 16)}
+
+
+def test_empty_sequence_is_named():
+    with pytest.raises(LmprobeError, match="input 1 is empty"):
+        make_batches([[1, 2], []], batch_size=4)

@@ -1,0 +1,138 @@
+"""The Scorer's entry points: against direct computation, and the same on 8 devices as on 1."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.spatial.distance import jensenshannon
+from scipy.special import log_softmax
+from scipy.stats import entropy
+
+from lmprobe.checkpoints import load
+from lmprobe.engine import Scorer, make_mesh, placement
+from lmprobe.errors import LmprobeError
+from tests.engine.conftest import VOCAB
+
+RNG = np.random.default_rng(0)
+SEQS = [RNG.integers(3, VOCAB, size=n).tolist() for n in (5, 40, 12, 3, 70, 33, 17, 9, 100, 2, 64)]
+
+
+def _scorer(path, mesh, **kwargs):
+    model = load(str(path), place=placement(mesh), tokenizer=False).model
+    return Scorer(model, mesh=mesh, batch_size=4, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def one(tiny_llama_dir):
+    return _scorer(tiny_llama_dir, make_mesh(devices=jax.devices()[:1]))
+
+
+@pytest.fixture(scope="module")
+def eight(tiny_llama_dir):
+    return _scorer(tiny_llama_dir, make_mesh(model_parallel=4))
+
+
+def _logits(scorer, seq):
+    return np.asarray(scorer.model(jnp.asarray([seq])).logits[0], np.float64)
+
+
+def test_token_logprobs_match_direct_log_softmax(one):
+    scores = one.score(SEQS)
+    for seq, lp, nll in zip(SEQS, scores.token_logprobs, scores.nll):
+        ref = log_softmax(_logits(one, seq), axis=-1)[np.arange(len(seq) - 1), seq[1:]]
+        np.testing.assert_allclose(lp, ref, atol=2e-5)
+        assert nll == pytest.approx(-ref.sum(), abs=1e-3)
+    np.testing.assert_allclose(scores.mean_nll, scores.nll / (np.array([len(s) for s in SEQS]) - 1))
+
+
+def test_next_token_stats_match_scipy(one):
+    a, b = SEQS[:4], SEQS[4:8]
+    a_pos, b_pos = [[-1, 0]] * 4, [[-1, 1]] * 4
+    token_set = [3, 7, 11]
+    stats = one.next_token_stats(a, a_pos, b, b_pos, token_set=token_set, top_k=3)
+    for i in range(4):
+        for j in range(2):
+            la = _logits(one, a[i])[a_pos[i][j]]
+            lb = _logits(one, b[i])[b_pos[i][j]]
+            p, q = np.exp(log_softmax(la)), np.exp(log_softmax(lb))
+            assert stats["jsd"][i][j] == pytest.approx(jensenshannon(p, q) ** 2, abs=1e-5)
+            assert stats["kl_ab"][i][j] == pytest.approx(entropy(p, q), abs=1e-5)
+            assert stats["entropy_b"][i][j] == pytest.approx(entropy(q), abs=1e-5)
+            assert stats["mass_a"][i][j] == pytest.approx(p[token_set].sum(), rel=1e-4)
+            assert stats["topk_b"][i][j].tolist() == np.argsort(-q)[:3].tolist()
+
+
+def test_embeddings_match_direct_pooling(one):
+    seq = SEQS[2]
+    out = one.model(jnp.asarray([seq]), output_hidden_states=True, compute_logits=False)
+    hs = np.asarray(out.hidden_states[:, 0])
+    np.testing.assert_allclose(one.embed([seq], pooling="mean")[0], hs[-1].mean(0), atol=1e-5)
+    np.testing.assert_allclose(one.embed([seq], pooling="last")[0], hs[-1][-1], atol=1e-5)
+    np.testing.assert_allclose(one.embed([seq], pooling="cls", layer=1)[0], hs[1][0], atol=1e-5)
+    np.testing.assert_allclose(one.embed([seq], pooling="first_last_avg")[0],
+                               (0.5 * (hs[1] + hs[-1])).mean(0), atol=1e-5)
+    embeds = np.asarray(one.model.embed(jnp.asarray([seq])))
+    np.testing.assert_allclose(one.embed_inputs(embeds)[0], hs[-1].mean(0), atol=1e-5)
+
+
+def test_every_api_gives_the_same_numbers_on_8_devices(one, eight):
+    assert len(eight.mesh.devices.flat) == 8
+    for got, want in zip(eight.score(SEQS).token_logprobs, one.score(SEQS).token_logprobs):
+        np.testing.assert_allclose(got, want, atol=1e-5)
+    args = (SEQS[:5], [[-1]] * 5, SEQS[5:10], [[-2]] * 5)
+    for key, values in one.next_token_stats(*args, token_set=[4, 5]).items():
+        np.testing.assert_allclose(np.stack(eight.next_token_stats(*args, token_set=[4, 5])[key]),
+                                   np.stack(values), atol=1e-5, err_msg=key)
+    for pooling in ("mean", "last", "first_last_avg"):
+        np.testing.assert_allclose(eight.embed(SEQS, pooling=pooling), one.embed(SEQS, pooling=pooling), atol=1e-5)
+    x = np.random.default_rng(1).normal(size=(6, 8, 64)).astype(np.float32)
+    np.testing.assert_allclose(eight.embed_inputs(x), one.embed_inputs(x), atol=1e-5)
+    kwargs = dict(max_new_tokens=6, decode=False)
+    assert eight.generate(SEQS, **kwargs) == one.generate(SEQS, **kwargs)
+    kwargs.update(temperature=0.9, top_p=0.9, seed=3)
+    assert eight.generate(SEQS, **kwargs) == one.generate(SEQS, **kwargs)
+
+
+def test_mixed_lengths_compile_once_per_bucket(tiny_llama_dir):
+    scorer = _scorer(tiny_llama_dir, make_mesh(devices=jax.devices()[:1]))
+    seqs = [RNG.integers(3, VOCAB, size=n).tolist() for n in RNG.integers(2, 128, size=40)]
+    scorer.score(seqs)
+    buckets = {b.shape for b in scorer._batches(scorer.encode(seqs))}
+    assert {length for _, length in buckets} == {16, 32, 64, 128}
+    assert scorer.compilations["score"] == len(buckets) <= 2 * 4  # a full and a partial batch per bucket
+    scorer.score(seqs[::-1])
+    assert scorer.compilations["score"] == len(buckets)
+
+
+def test_greedy_generation_is_argmax_and_stops_at_eos(one):
+    prompt = SEQS[1]
+    ids = list(prompt)
+    for _ in range(5):
+        ids.append(int(np.argmax(_logits(one, ids)[-1])))
+    assert one.generate([prompt], max_new_tokens=5, decode=False) == [ids[len(prompt):]]
+    eos = ids[len(prompt) + 1]
+    assert one.generate([prompt], max_new_tokens=5, eos_id=eos, decode=False) == [ids[len(prompt):len(prompt) + 2]]
+    top1 = one.generate([prompt], max_new_tokens=5, temperature=1.0, top_k=1, decode=False)
+    assert top1 == [ids[len(prompt):]]
+
+
+def test_sampling_is_seeded_and_independent_of_batch_size(one):
+    kwargs = dict(max_new_tokens=8, temperature=1.0, seed=7, decode=False)
+    single = Scorer(one.model, mesh=one.mesh, batch_size=1)
+    outputs = one.generate(SEQS, **kwargs)
+    assert single.generate(SEQS, **kwargs) == outputs
+    assert one.generate(SEQS, **{**kwargs, "seed": 8}) != outputs
+    assert len({tuple(o) for o in outputs}) > 1
+
+
+def test_bad_input(one):
+    assert one.score([]).token_logprobs == [] and one.generate([]) == []
+    assert one.embed([]).shape == (0, 64) and one.next_token_stats([], [], [], []) == {}
+    with pytest.raises(LmprobeError, match=f"input 1 has token id {VOCAB}.*outside the vocabulary"):
+        one.score([[1, 2], [3, VOCAB]])
+    long = [list(range(3, 200))]
+    truncating = Scorer(one.model, mesh=one.mesh)
+    assert len(truncating.score(long).token_logprobs[0]) == 127 and truncating.truncated == 1
+    strict = Scorer(one.model, mesh=one.mesh, truncate=False)
+    with pytest.raises(LmprobeError, match="input 0 has 197 tokens, more than the 128 that fit the model's context of 128"):
+        strict.score(long)
