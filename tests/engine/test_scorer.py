@@ -136,3 +136,11 @@ def test_bad_input(one):
     strict = Scorer(one.model, mesh=one.mesh, truncate=False)
     with pytest.raises(LmprobeError, match="input 0 has 197 tokens, more than the 128 that fit the model's context of 128"):
         strict.score(long)
+
+
+def test_texts_go_through_the_tokenizer(tiny_llama_dir):
+    scorer = Scorer.load(str(tiny_llama_dir), batch_size=2)
+    texts = ["w3 w4 w5 w6", "w10 w11"]
+    np.testing.assert_allclose(scorer.score(texts).nll, scorer.score([[3, 4, 5, 6], [10, 11]]).nll, atol=1e-5)
+    (text,) = scorer.generate(["w3 w4"], max_new_tokens=3, eos_id=-1)
+    assert len(text.split()) == 3 and all(w.startswith("w") or w in ("<pad>", "<s>", "</s>") for w in text.split())
