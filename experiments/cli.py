@@ -25,7 +25,21 @@ def parser(description: str, *, default_model: str = "smollm2-135m") -> argparse
     p.add_argument("--allow_pickle", action="store_true",
                    help="allow loading pickled .bin/.pt weights (runs code from the file: trusted files only)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch_size", type=int, default=16, help="sequences per batch (per bucket length)")
+    p.add_argument("--model_parallel", type=int, default=1,
+                   help="devices that share one model copy (the mesh's 'model' axis); the rest split the data")
+    p.add_argument("--sharding", choices=["fsdp", "tp"], default="fsdp",
+                   help="fsdp: every weight split over all devices; tp: heads/MLP/vocab split over 'model' only")
     return p
+
+
+def load_scorer(args, **kwargs):
+    """The Scorer the common flags describe."""
+    from lmprobe.engine import Scorer
+
+    return Scorer.load(args.model, dtype=DTYPES[args.dtype], model_parallel=args.model_parallel,
+                       strategy=args.sharding, offline=args.offline, allow_pickle=args.allow_pickle,
+                       batch_size=args.batch_size, **kwargs)
 
 
 def main_guard(fn):

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from experiments.cli import DTYPES, main_guard, parser
+from experiments.cli import DTYPES, load_scorer, main_guard, parser
 from lmprobe.engine import Scorer
 from lmprobe.engine.batching import bucket_length
 
@@ -138,8 +138,7 @@ def main(argv=None):
     dtype = DTYPES[args.dtype]
     rng = np.random.default_rng(args.seed)
 
-    scorer = Scorer.load(args.model, dtype=dtype, batch_size=max(s[0] for s in _shapes(args.forward)),
-                         offline=args.offline, allow_pickle=args.allow_pickle)
+    scorer = load_scorer(args)
     peak = matmul_peak(dtype, args.repeats)
     reference = torch_reference(args.model) if args.torch == "auto" and dtype == jnp.float32 else None
     device = f"{jax.devices()[0].device_kind} x{jax.device_count()} ({jax.default_backend()})"
