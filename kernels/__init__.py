@@ -1,0 +1,121 @@
+"""Pure JAX numerics of the five methods, with no knowledge of models or text.
+
+divergence  KL, JSD, entropy, L1, cosine, log-prob gathers and token-set mass from logits,
+            chunked over the vocabulary (BYOD, SCoPE)
+moments     per-class means and covariances, pooled covariance, spectra
+whitening   class-wise energy-truncated whitening of SynTextBench (Sec. 2.3)
+robust      z_Sigma of the epsilon-robust Bayes classifier: l2 closed form, l_p (SynBench)
+bayes       linear classifiers' decisions and margins; SynTextBench and SynBench pipelines
+theory      Thm 1 / Thm 3 accuracy and expected scaled bound (SynBench)
+integrals   goodness function / E(a_t) and their exact areas; SynTextBench and SynBench scores
+selection   best valid candidate per example for greedy perturbation search (SCoPE)
+
+Labels are +1 / -1 with 0 marking padding; leading axes are batch axes (tasks, scales).
+"""
+
+from kernels.bayes import (
+    GaussianClassModel,
+    LinearMargins,
+    MarginSummary,
+    fit_gaussian_classes,
+    linear_margins,
+    summarize_margins,
+    synbench_accuracy_bound,
+    syntextbench_accuracy_margin,
+)
+from kernels.divergence import (
+    DEFAULT_CHUNK_SIZE,
+    cosine_similarity,
+    entropy,
+    js_divergence,
+    kl_divergence,
+    l1_distance,
+    token_log_probs,
+    token_set_log_mass,
+    token_set_mass,
+)
+from kernels.integrals import (
+    synbench_score,
+    syntextbench_score,
+    threshold_curve,
+    threshold_curve_area,
+)
+from kernels.moments import (
+    ClassMoments,
+    class_means,
+    class_moments,
+    descending_eigh,
+    numerical_support,
+    pooled_covariance,
+)
+from kernels.robust import (
+    RobustDirection,
+    dual_exponent,
+    project_onto_ball,
+    robust_direction,
+    robust_direction_lp,
+)
+from kernels.selection import Selection, select_best_candidate
+from kernels.theory import (
+    expected_scaled_bound,
+    gaussian_accuracy,
+    imbalanced_accuracy,
+    imbalanced_expected_scaled_bound,
+    robust_accuracy,
+)
+from kernels.whitening import (
+    DEFAULT_ENERGY,
+    ClassWhitening,
+    apply_class_whitening,
+    energy_rank,
+    fit_class_whitening,
+    whitening_transform,
+)
+
+__all__ = [
+    "DEFAULT_CHUNK_SIZE",
+    "DEFAULT_ENERGY",
+    "ClassMoments",
+    "ClassWhitening",
+    "GaussianClassModel",
+    "LinearMargins",
+    "MarginSummary",
+    "RobustDirection",
+    "Selection",
+    "apply_class_whitening",
+    "class_means",
+    "class_moments",
+    "cosine_similarity",
+    "descending_eigh",
+    "dual_exponent",
+    "energy_rank",
+    "entropy",
+    "expected_scaled_bound",
+    "fit_class_whitening",
+    "fit_gaussian_classes",
+    "gaussian_accuracy",
+    "imbalanced_accuracy",
+    "imbalanced_expected_scaled_bound",
+    "js_divergence",
+    "kl_divergence",
+    "l1_distance",
+    "linear_margins",
+    "numerical_support",
+    "pooled_covariance",
+    "project_onto_ball",
+    "robust_accuracy",
+    "robust_direction",
+    "robust_direction_lp",
+    "select_best_candidate",
+    "summarize_margins",
+    "synbench_accuracy_bound",
+    "synbench_score",
+    "syntextbench_accuracy_margin",
+    "syntextbench_score",
+    "threshold_curve",
+    "threshold_curve_area",
+    "token_log_probs",
+    "token_set_log_mass",
+    "token_set_mass",
+    "whitening_transform",
+]
