@@ -21,11 +21,16 @@ Choices where the paper is not explicit (the lead's issue asks us to document th
   isometrically with F_K: distances within each class are exactly the paper's, both classes
   live in R^d, and the result does not depend on the signs of eigenvectors. Directions
   beyond K are set to 0.
-* Placement. "Scale the distance between two whitened Gaussians by d_inter / d_intra": the
-  whitened classes have unit spread per direction, and we put their centres at
-  +-(r/2) u with r = d_inter / d_intra and u = (b_1 - b_-1) / ||b_1 - b_-1||, so
-  ||mu_1 - mu_2|| = r. This is the model N(mu_1, I_K), N(mu_2, I_K) of Sec. 2.3, and the
-  whole pipeline is invariant to rotations and translations of the embeddings.
+* Placement. "Scale the distance between two whitened Gaussians by d_inter / d_intra, since
+  we want the transformed embeddings to observe the original relative distance between two
+  classes": the whitened classes keep the ratio of inter-class to intra-class distance they
+  had before whitening. With r = d_inter / d_intra and d_hat the mean distance of a whitened
+  training sample to its class centre (about sqrt(K)), the centres go to +-(r d_hat / 2) u,
+  u = (b_1 - b_-1) / ||b_1 - b_-1||, so ||mu_1 - mu_2|| / d_hat = r. (Placing them at
+  distance r itself would compare r with the unit spread of one direction instead of the
+  intra-class distance, and leave every real encoder near chance on every level.) This is
+  the model N(mu_1, I_K), N(mu_2, I_K) of Sec. 2.3, and the whole pipeline is invariant to
+  rotations and translations of the embeddings.
 * Stability. Eigenvalues that are numerically zero (moments.numerical_support) are never
   kept, even with energy = 1, so rank-deficient covariances (n_y <= d) give no NaN.
 """
@@ -49,8 +54,8 @@ class ClassWhitening(NamedTuple):
     means: jax.Array  # [..., 2, d]      b_y
     matrices: jax.Array  # [..., 2, d, d]   F_K S_K^{-1/2} F_K^T (symmetric)
     num_kept: jax.Array  # [..., 2]         K_y
-    centres: jax.Array  # [..., 2, d]      where each whitened class is placed: +-(r/2) u
-    separation: jax.Array  # [...]            r = d_inter / d_intra
+    centres: jax.Array  # [..., 2, d]      where each whitened class is placed: +-(r d_hat / 2) u
+    separation: jax.Array  # [...]            r = d_inter / d_intra (before whitening)
 
 
 def energy_rank(eigvals: jax.Array, energy: float = DEFAULT_ENERGY) -> jax.Array:
@@ -106,8 +111,21 @@ def fit_class_whitening(
     eigvecs, inv_sqrt, k = whitening_transform(moments.covariances, energy, rtol)
     matrices = jnp.einsum("...ik,...k,...jk->...ij", eigvecs, inv_sqrt, eigvecs)
     r, u = jnp.vectorize(_separation, signature="(n,d),(n),(c,d)->(),(d)")(z, labels, moments.means)
-    centres = jnp.stack([u, -u], axis=-2) * (r[..., None, None] / 2)
+    whitened = _whiten(moments.means, matrices, z, labels)  # centred at 0 per class
+    valid = labels != 0
+    d_hat = jnp.sum(jnp.where(valid, jnp.linalg.norm(whitened, axis=-1), 0.0), axis=-1) / jnp.maximum(
+        jnp.sum(valid, axis=-1), 1)
+    centres = jnp.stack([u, -u], axis=-2) * (r * d_hat)[..., None, None] / 2
     return ClassWhitening(moments.means, matrices, k, centres, r)
+
+
+def _whiten(means, matrices, z, labels):
+    """(z - b_y) F_K S_K^{-1/2} F_K^T for each row's own class y; padding rows (label 0) -> 0."""
+    def one_class(c):
+        return (z - means[..., c, None, :]) @ matrices[..., c, :, :]
+
+    out = jnp.where((labels > 0)[..., None], one_class(0), one_class(1))
+    return jnp.where((labels != 0)[..., None], out, 0.0)
 
 
 @jax.jit
@@ -118,11 +136,5 @@ def apply_class_whitening(params: ClassWhitening, z: jax.Array, labels: jax.Arra
     """
     z = jnp.asarray(z, jnp.float32)
     labels = jnp.asarray(labels)
-
-    def one_class(c):
-        centred = z - params.means[..., c, None, :]
-        return centred @ params.matrices[..., c, :, :] + params.centres[..., c, None, :]
-
-    positive = (labels > 0)[..., None]
-    out = jnp.where(positive, one_class(0), one_class(1))
-    return jnp.where((labels != 0)[..., None], out, 0.0)
+    centres = jnp.where((labels > 0)[..., None], params.centres[..., 0, None, :], params.centres[..., 1, None, :])
+    return _whiten(params.means, params.matrices, z, labels) + jnp.where((labels != 0)[..., None], centres, 0.0)

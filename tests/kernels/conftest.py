@@ -53,7 +53,8 @@ def two_class_gaussian(seed: int, n: int, mean_diff, cov_sqrt=None, tau: float =
 
 def numpy_whitening(z, y, energy=0.99, z_apply=None, y_apply=None):
     """Sec. 2.3 with numpy: np.cov + np.linalg.svd per class of (z, y), then the ZCA frame and
-    the placement at +-(r/2) u; applied to (z_apply, y_apply), by default to (z, y).
+    the placement at +-(r d_hat / 2) u (d_hat: mean whitened intra-class distance); applied to
+    (z_apply, y_apply), by default to (z, y).
 
     Returns (whitened rows, the paper's K-dim coordinates per class, K per class, r)."""
     z = np.asarray(z, np.float64)
@@ -63,14 +64,20 @@ def numpy_whitening(z, y, energy=0.99, z_apply=None, y_apply=None):
     diff = means[1] - means[-1]
     d_intra = np.mean(np.linalg.norm(z - np.where((y > 0)[:, None], means[1], means[-1]), axis=1))
     r = np.linalg.norm(diff) / d_intra
-    out, coords, kept = np.zeros_like(z_apply), {}, {}
+    out, coords, kept, maps, spread = np.zeros_like(z_apply), {}, {}, {}, []
     for c in (1, -1):
         F, S, _ = np.linalg.svd(np.cov(z[y == c].T))
         k = int(np.argmax(np.cumsum(S) / S.sum() >= energy)) + 1
+        maps[c] = F[:, :k] / np.sqrt(S[:k])  # z -> F^T S^{-1/2} (z - b)
+        spread.append(np.linalg.norm((z[y == c] - means[c]) @ maps[c], axis=1))
+        kept[c] = k
+    d_hat = np.concatenate(spread).mean()  # mean whitened intra-class distance
+    for c in (1, -1):
         rows = y_apply == c
-        paper = (z_apply[rows] - means[c]) @ (F[:, :k] / np.sqrt(S[:k]))  # F^T S^{-1/2} (z - b)
-        out[rows] = paper @ F[:, :k].T + c * (r / 2) * diff / np.linalg.norm(diff)
-        coords[c], kept[c] = paper, k
+        paper = (z_apply[rows] - means[c]) @ maps[c]
+        F_k = maps[c] * np.sqrt(np.linalg.norm(maps[c], axis=0) ** -2)  # unit columns of F_K
+        out[rows] = paper @ F_k.T + c * (r * d_hat / 2) * diff / np.linalg.norm(diff)
+        coords[c] = paper
     return out, coords, kept, r
 
 
