@@ -1,0 +1,97 @@
+"""SynTextBench: robustness-accuracy of sentence embeddings on synthetic sentiment tasks.
+
+    python -m experiments.syntextbench [--model=NAME[,NAME...]] [--n=8192 --a_t=0.7 --lexicon=sentiwordnet
+                                        --output_dir=runs/syntextbench --seed=0]
+
+Writes OUTPUT_DIR/results.json and plots (one model), or OUTPUT_DIR/<model>/results.json per
+model plus a comparison table and plots (several). Embeddings are cached in OUTPUT_DIR/cache:
+a rerun (or a run after an interruption) reuses them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+
+from tqdm.auto import tqdm
+
+from experiments.cli import load_scorer, main_guard, parser
+from lmprobe.methods import syntextbench
+from lmprobe.report import plots
+from lmprobe.report.artifacts import write_json
+
+DEFAULT_MODEL = "minilm-l6"
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", os.path.basename(name.rstrip("/")) or name)
+
+
+def _summary(result: dict) -> str:
+    rows = [f"{'p':>5} {'accuracy':>9} {'margin':>7} {'lexicon rule':>13} {'in-context':>11}"]
+    for level in result["levels"]:
+        icl = f"{level['icl_accuracy']:>11.3f}" if "icl_accuracy" in level else f"{'-':>11}"
+        rows.append(f"{level['p']:>5.2f} {level['accuracy']:>9.3f} {level['margin']:>7.3f} "
+                    f"{level['feasibility']:>13.3f} {icl}")
+    base = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                     for k, v in result["baselines"].items())
+    timings = ", ".join(f"{k} {v:.1f} s" for k, v in result["timings_s"].items())
+    return "\n".join([f"== {result['model']}: SynTextBench score {result['score']:.4f} "
+                      f"(a_T = {result['a_t']}, n = {result['n']})", *rows,
+                      f"baselines: {base or 'off'}", f"time: {timings}"])
+
+
+@main_guard
+def main(argv=None):
+    p = parser(__doc__, default_model=DEFAULT_MODEL)
+    p.add_argument("--n", type=int, default=8192, help="sentences per difficulty level (train + test)")
+    p.add_argument("--a_t", type=float, default=syntextbench.DEFAULT_A_T, help="accuracy threshold of the score")
+    p.add_argument("--lexicon", default="sentiwordnet",
+                   help="sentiwordnet, vader, afinn, textblob, or a path (SentiWordNet 3.0 text file or word<TAB>score)")
+    p.add_argument("--levels", default=None, help="comma-separated mixing ratios p (default: 0, 0.05, ..., 0.95)")
+    p.add_argument("--pooling", default=None, help="mean, cls, last, first_last_avg (default: the paper's per model type)")
+    p.add_argument("--no_baselines", action="store_true", help="skip Val loss / MDL / SDL / eSC")
+    p.add_argument("--baseline_steps", type=int, default=4000)
+    p.add_argument("--icl_examples", type=int, default=256, help="test sentences per level for in-context accuracy")
+    p.add_argument("--output_dir", default="runs/syntextbench")
+    args = p.parse_args(argv)
+    models = [m for m in args.model.split(",") if m]
+
+    config = syntextbench.Config(
+        lexicon=args.lexicon, n=args.n, a_t=args.a_t, pooling=args.pooling, seed=args.seed,
+        baselines=not args.no_baselines, baseline_steps=args.baseline_steps, icl_examples=args.icl_examples,
+        **({"levels": tuple(float(x) for x in args.levels.split(","))} if args.levels else {}))
+    tasks = syntextbench.build_tasks(config)  # bad settings and lexicons fail before any model loads
+    lists = tasks.lists
+    print(f"lexicon {args.lexicon}: {len(lists.positive)} positive, {len(lists.negative)} negative, "
+          f"{len(lists.neutral)} neutral words; {len(config.levels)} levels x {config.n} sentences")
+
+    results = []
+    for name in models:
+        scorer = load_scorer(argparse.Namespace(**{**vars(args), "model": name}))
+        result = syntextbench.run(scorer, config, model_name=name, tasks=tasks,
+                                  cache_dir=os.path.join(args.output_dir, "cache"),
+                                  progress=lambda it, desc: tqdm(it, desc=desc)).to_json()
+        result["truncated_inputs"] = scorer.truncated
+        out = args.output_dir if len(models) == 1 else os.path.join(args.output_dir, _slug(name))
+        write_json(os.path.join(out, "results.json"), result)
+        plots.margin_accuracy([result], os.path.join(out, "margin_accuracy.png"))
+        plots.goodness([result], os.path.join(out, "goodness.png"))
+        print(_summary(result))
+        results.append(result)
+
+    if len(results) > 1:
+        table = [{"model": r["model"], "score": r["score"], **{f"baseline_{k}": v for k, v in r["baselines"].items()}}
+                 for r in results]
+        write_json(os.path.join(args.output_dir, "comparison.json"), table)
+        plots.margin_accuracy(results, os.path.join(args.output_dir, "margin_accuracy.png"))
+        plots.goodness(results, os.path.join(args.output_dir, "goodness.png"))
+        print("\n== comparison")
+        for r in sorted(results, key=lambda r: -r["score"]):
+            print(f"{r['model']:<40} {r['score']:.4f}")
+    print(f"\nresults in {args.output_dir}")
+
+
+if __name__ == "__main__":
+    main()

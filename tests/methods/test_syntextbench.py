@@ -1,0 +1,81 @@
+"""SynTextBench end to end: a known answer on Gaussian embeddings, real models, bad input."""
+
+import json
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+from experiments import syntextbench as front_end
+from lmprobe.errors import LmprobeError
+from lmprobe.methods import syntextbench
+
+SMALL = dict(n=256, levels=(0.0, 0.2, 0.5, 0.95), baselines=False, icl_examples=0)
+
+
+class GaussianScorer:
+    """Stands in for a model: embeds a sentence as label * s * e_1 + N(0, I_d)."""
+
+    is_decoder = False
+    truncated = 0
+
+    def __init__(self, tasks, s: float, d: int = 32, seed: int = 0):
+        self.label = {t: y for pair in tasks.levels for split in pair for t, y in zip(split.sentences, split.labels)}
+        self.s, self.d, self.rng = s, d, np.random.default_rng(seed)
+
+    def embed(self, texts, pooling):
+        signal = np.zeros((len(texts), self.d))
+        signal[:, 0] = self.s * np.asarray([self.label[t] for t in texts])
+        return signal + self.rng.normal(size=(len(texts), self.d))
+
+
+def test_gaussian_embeddings_give_the_closed_form_accuracy():
+    config = syntextbench.Config(**{**SMALL, "n": 4096})
+    tasks = syntextbench.build_tasks(config)
+    s = 1.0
+    result = syntextbench.run(GaussianScorer(tasks, s), config, model_name="gaussian", tasks=tasks)
+    # Isotropic classes N(+-s e_1, I): whitening keeps the inter/intra distance ratio, so the
+    # Bayes accuracy of the raw problem, Phi(s), comes back at every level.
+    for level in result.levels:
+        assert level["accuracy"] == pytest.approx(norm.cdf(s), abs=0.03)
+    acc = np.array([lv["accuracy"] for lv in result.levels])
+    margin = np.array([lv["margin"] for lv in result.levels])
+    exact = np.sum(margin * np.clip(acc - config.a_t, 0, None)) / len(acc)
+    assert result.score == pytest.approx(exact, rel=1e-5)
+
+
+def test_bad_settings_fail_before_any_model():
+    for bad, match in ((dict(a_t=1.5), "a_t=1.5"), (dict(levels=(0.1, 1.2)), r"\[0, 1\]"),
+                       (dict(n=4), "n=4"), (dict(lexicon="no-such-lexicon"), "no-such-lexicon")):
+        with pytest.raises(LmprobeError, match=match):
+            syntextbench.build_tasks(syntextbench.Config(**{**SMALL, **bad}))
+
+
+@pytest.mark.slow
+def test_minilm_end_to_end_difficulty_steers_and_rerun_uses_cache(tmp_path, capsys):
+    # n = 2048: 921 training sentences per class, enough for MiniLM's 384-dim covariances
+    args = ["--model=minilm-l6", "--n=2048", "--levels=0,0.95", "--no_baselines", f"--output_dir={tmp_path}"]
+    front_end.main(args)
+    result = json.loads((tmp_path / "results.json").read_text())
+    assert result["method"] == "syntextbench" and result["model"] == "minilm-l6"
+    acc = {lv["p"]: lv["accuracy"] for lv in result["levels"]}
+    assert acc[0.0] > acc[0.95] + 0.1, acc
+    assert {"margin", "feasibility"} <= set(result["levels"][0])
+    assert (tmp_path / "margin_accuracy.png").stat().st_size > 0 and (tmp_path / "goodness.png").exists()
+    cached = sorted(p.name for p in (tmp_path / "cache").iterdir())
+    assert len(cached) == 4  # 2 levels x train/test
+    front_end.main(args)  # rerun: same numbers from the cached embeddings
+    assert json.loads((tmp_path / "results.json").read_text())["score"] == result["score"]
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == cached
+
+
+@pytest.mark.slow
+def test_two_models_with_decoder_icl_and_baselines(tmp_path):
+    front_end.main(["--model=minilm-l6,smollm2-135m", "--n=128", "--levels=0,0.2", "--baseline_steps=50",
+                    "--icl_examples=16", f"--output_dir={tmp_path}"])
+    comparison = json.loads((tmp_path / "comparison.json").read_text())
+    assert [row["model"] for row in comparison] == ["minilm-l6", "smollm2-135m"]
+    smol = json.loads((tmp_path / "smollm2-135m" / "results.json").read_text())
+    assert 0 <= smol["levels"][0]["icl_accuracy"] <= 1
+    assert smol["baselines"]["p"] == 0.2 and np.isfinite(smol["baselines"]["mdl"])
+    assert (tmp_path / "goodness.png").exists() and (tmp_path / "minilm-l6" / "goodness.png").exists()
