@@ -50,6 +50,9 @@ def main(argv=None):
     p.add_argument("--lexicon", default="sentiwordnet",
                    help="sentiwordnet, vader, afinn, textblob, or a path (SentiWordNet 3.0 text file or word<TAB>score)")
     p.add_argument("--levels", default=None, help="comma-separated mixing ratios p (default: 0, 0.05, ..., 0.95)")
+    p.add_argument("--p_n", type=float, default=syntextbench.Config.p_n,
+                   help="share of steps that repeat an unpaired word (0: the paper's no-nesting ablation)")
+    p.add_argument("--p_e", type=float, default=syntextbench.Config.p_e, help="end-of-sentence probability")
     p.add_argument("--pooling", default=None, help="mean, cls, last, first_last_avg (default: the paper's per model type)")
     p.add_argument("--no_baselines", action="store_true", help="skip Val loss / MDL / SDL / eSC")
     p.add_argument("--baseline_steps", type=int, default=4000)
@@ -59,7 +62,7 @@ def main(argv=None):
     models = [m for m in args.model.split(",") if m]
 
     config = syntextbench.Config(
-        lexicon=args.lexicon, n=args.n, a_t=args.a_t, pooling=args.pooling, seed=args.seed,
+        lexicon=args.lexicon, n=args.n, a_t=args.a_t, p_e=args.p_e, p_n=args.p_n, pooling=args.pooling, seed=args.seed,
         baselines=not args.no_baselines, baseline_steps=args.baseline_steps, icl_examples=args.icl_examples,
         **({"levels": tuple(float(x) for x in args.levels.split(","))} if args.levels else {}))
     tasks = syntextbench.build_tasks(config)  # bad settings and lexicons fail before any model loads

@@ -36,6 +36,8 @@ class Config:
     lexicon: str = "sentiwordnet"
     levels: tuple[float, ...] = synthetic.PAPER_LEVELS
     n: int = 8192  # sentences per level, train and test together
+    p_e: float = synthetic.DEFAULT_P_E  # <eos> probability (Sec. 2.2)
+    p_n: float = synthetic.DEFAULT_P_N  # repeat-an-unpaired-word share; 0 is the no-nesting ablation
     a_t: float = DEFAULT_A_T
     pooling: str | None = None  # None: the paper's (encoders first_last_avg, decoders last token)
     energy: float = 0.99  # whitening: kept singular-value energy (Sec. 2.3)
@@ -91,7 +93,8 @@ def build_tasks(config: Config) -> Tasks:
     start = time.perf_counter()
     lexicon = lexicons.load_lexicon(config.lexicon)
     lists = lexicons.word_lists(lexicon)
-    levels = synthetic.make_tasks(lists, config.levels, n=config.n, seed=config.seed)
+    levels = synthetic.make_tasks(lists, config.levels, n=config.n, seed=config.seed, p_e=config.p_e,
+                                  p_n=config.p_n)
     return Tasks(lexicon, lists, levels, time.perf_counter() - start)
 
 
@@ -106,7 +109,7 @@ def run(scorer, config: Config, *, model_name: str, cache_dir: str | None = None
     train, test = [], []
     for p, (train_set, test_set) in progress(list(zip(config.levels, tasks)), desc=f"{model_name}: embedding"):
         key = cache_key(model=model_name, lexicon=config.lexicon, n=config.n, seed=config.seed, p=p,
-                        pooling=pooling, version=1)
+                        p_e=config.p_e, p_n=config.p_n, pooling=pooling, version=1)
         for split, texts, out in (("train", train_set.sentences, train), ("test", test_set.sentences, test)):
             out.append(_maybe_cached(cache_dir, f"{key}-{split}",
                                      lambda texts=texts: scorer.embed(texts, pooling=pooling)))

@@ -44,6 +44,13 @@ def test_gaussian_embeddings_give_the_closed_form_accuracy():
     assert result.score == pytest.approx(exact, rel=1e-5)
 
 
+def test_no_nesting_ablation_changes_only_the_sentences():
+    nested = syntextbench.build_tasks(syntextbench.Config(**SMALL))
+    flat = syntextbench.build_tasks(syntextbench.Config(**{**SMALL, "p_n": 0.0}))
+    repeats = lambda tasks: sum(not new for train, _ in tasks.levels for new in train.is_new)  # noqa: E731
+    assert repeats(flat) == 0 < repeats(nested)
+
+
 def test_bad_settings_fail_before_any_model():
     for bad, match in ((dict(a_t=1.5), "a_t=1.5"), (dict(levels=(0.1, 1.2)), r"\[0, 1\]"),
                        (dict(n=4), "n=4"), (dict(lexicon="no-such-lexicon"), "no-such-lexicon")):
