@@ -102,12 +102,12 @@ def run(scorer, config: Config, *, model_name: str, cache_dir: str | None = None
         tasks: Tasks | None = None, progress: Callable = lambda it, **_: it) -> Result:
     """Algorithm 1 on ``scorer``'s model; embeddings cached under ``cache_dir`` (reruns resume)."""
     tasks = tasks or build_tasks(config)
-    lexicon, tasks, timings = tasks.lexicon, tasks.levels, {"generation": tasks.seconds}
+    pairs, timings = tasks.levels, {"generation": tasks.seconds}
 
     pooling = config.pooling or ("last" if scorer.is_decoder else "first_last_avg")
     start = time.perf_counter()
     train, test = [], []
-    for p, (train_set, test_set) in progress(list(zip(config.levels, tasks)), desc=f"{model_name}: embedding"):
+    for p, (train_set, test_set) in progress(list(zip(config.levels, pairs)), desc=f"{model_name}: embedding"):
         key = cache_key(model=model_name, lexicon=config.lexicon, n=config.n, seed=config.seed, p=p,
                         p_e=config.p_e, p_n=config.p_n, pooling=pooling, version=1)
         for split, texts, out in (("train", train_set.sentences, train), ("test", test_set.sentences, test)):
@@ -116,8 +116,8 @@ def run(scorer, config: Config, *, model_name: str, cache_dir: str | None = None
     timings["embedding"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    y_train = np.stack([train_set.labels for train_set, _ in tasks]).astype(np.int32)
-    y_test = np.stack([test_set.labels for _, test_set in tasks]).astype(np.int32)
+    y_train = np.stack([train_set.labels for train_set, _ in pairs]).astype(np.int32)
+    y_test = np.stack([test_set.labels for _, test_set in pairs]).astype(np.int32)
     summary = kernels.syntextbench_accuracy_margin(jnp.asarray(np.stack(train)), jnp.asarray(y_train),
                                                    jnp.asarray(np.stack(test)), jnp.asarray(y_test),
                                                    energy=config.energy)
@@ -126,11 +126,11 @@ def run(scorer, config: Config, *, model_name: str, cache_dir: str | None = None
     timings["scoring"] = time.perf_counter() - start
 
     levels = [{"p": p, "accuracy": float(a), "margin": float(m),
-               "feasibility": _feasibility(lexicon, test_set)}
-              for p, a, m, (_, test_set) in zip(config.levels, accuracy, margin, tasks)]
+               "feasibility": _feasibility(tasks.lexicon, test_set)}
+              for p, a, m, (_, test_set) in zip(config.levels, accuracy, margin, pairs)]
     if scorer.is_decoder and config.icl_examples:
         start = time.perf_counter()
-        for level, (train_set, test_set) in progress(list(zip(levels, tasks)), desc=f"{model_name}: in-context"):
+        for level, (train_set, test_set) in progress(list(zip(levels, pairs)), desc=f"{model_name}: in-context"):
             level["icl_accuracy"] = _icl(scorer, train_set, test_set, config)
         timings["icl"] = time.perf_counter() - start
 
