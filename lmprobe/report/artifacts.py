@@ -23,6 +23,9 @@ def _atomic(path: str, write: Callable, mode: str) -> None:
     try:
         with os.fdopen(fd, mode) as f:
             write(f)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the usual file mode
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
