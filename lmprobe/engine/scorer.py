@@ -113,9 +113,12 @@ class Scorer:
         self.truncated += 1
         return seq[:limit] if keep == "first" else seq[-limit:]
 
-    def _batches(self, seqs, *, left_pad=False, batch_size=None) -> list[Batch]:
-        return make_batches(seqs, batch_size=batch_size or self.batch_size, max_tokens=self.max_tokens,
-                            buckets=self.buckets, left_pad=left_pad, multiple_of=self.mesh.shape[DATA])
+    def _batches(self, seqs, *, left_pad=False, max_length=None) -> list[Batch]:
+        """Bucketed batches; no bucket exceeds ``max_length`` (the model's context by default)."""
+        limit = max_length or self.max_length
+        buckets = sorted({min(b, limit) for b in self.buckets})
+        return make_batches(seqs, batch_size=self.batch_size, max_tokens=self.max_tokens,
+                            buckets=buckets, left_pad=left_pad, multiple_of=self.mesh.shape[DATA])
 
     def _rows(self, wanted: int) -> int:
         """A batch row count near ``wanted`` that the 'data' axis divides."""
@@ -283,7 +286,8 @@ class Scorer:
         if eos_id is None and self.tokenizer is not None:
             eos_id = self.tokenizer.eos_token_id
         eos = -1 if eos_id is None else int(eos_id)
-        batches = self._batches(seqs, left_pad=True)
+        # prompt slots + new-token slots must fit the context (learned position tables)
+        batches = self._batches(seqs, left_pad=True, max_length=room)
         per_batch = []
         for batch in batches:
             step = self._jit("generate", generation.generate, max_new_tokens=max_new_tokens,

@@ -144,3 +144,16 @@ def test_texts_go_through_the_tokenizer(tiny_llama_dir):
     np.testing.assert_allclose(scorer.score(texts).nll, scorer.score([[3, 4, 5, 6], [10, 11]]).nll, atol=1e-5)
     (text,) = scorer.generate(["w3 w4"], max_new_tokens=3, eos_id=-1)
     assert len(text.split()) == 3 and all(w.startswith("w") or w in ("<pad>", "<s>", "</s>") for w in text.split())
+
+
+def test_generation_fills_a_learned_position_table_to_the_end(tmp_path):
+    """A prompt whose bucket (64) plus new tokens would pass GPT-2's 64 positions still generates."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from tests.models.parity import save_random
+
+    save_random(GPT2LMHeadModel, GPT2Config(vocab_size=128, n_embd=32, n_layer=2, n_head=4, n_positions=64), tmp_path)
+    scorer = Scorer(load(str(tmp_path), tokenizer=False).model, mesh=make_mesh(devices=jax.devices()[:1]))
+    prompt = list(range(3, 43))  # 40 tokens: bucket 64, but 40 + 10 slots fit in 64 positions
+    (out,) = scorer.generate([prompt], max_new_tokens=10, decode=False, eos_id=-1)
+    assert len(out) == 10 and scorer.truncated == 0
