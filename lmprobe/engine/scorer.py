@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import math
 from typing import Sequence
 
 import jax
@@ -311,7 +312,7 @@ def _token_logprobs(model, ids, mask):
     h = model(ids, mask, compute_logits=False).last_hidden_state
     b, t, d = h.shape
     targets = jnp.roll(ids, -1, axis=1)
-    chunk = min(t, _TIME_CHUNK)
+    chunk = math.gcd(t, _TIME_CHUNK)  # buckets are multiples of 4 (powers of two and 1.5x)
     hs = h.reshape(b, t // chunk, chunk, d).swapaxes(0, 1)
     ts = targets.reshape(b, t // chunk, chunk).swapaxes(0, 1)
     lp = jax.lax.map(lambda x: kernels.token_log_probs(model.logits(x[0]), x[1]), (hs, ts))
