@@ -36,6 +36,10 @@ def load(name: str, *, dtype=jnp.float32, param_dtype=None, place: Placement | N
 
     ckpt = resolve(name, offline=offline, allow_pickle=allow_pickle)
     family = family_for(ckpt.config, where=ckpt.location)
+    if tokenizer and not getattr(family.model, "takes_text", True):
+        raise CheckpointError(
+            f"model '{name}' ({ckpt.location}) is a {family.name} model, which takes no text and has no "
+            "tokenizer: load it with tokenizer=False")
     model, cfg = build(family, ckpt.config, ckpt.tensors, dtype=dtype, param_dtype=param_dtype,
                        place=place, where=ckpt.location)
     return Loaded(model, ckpt.tokenizer() if tokenizer else None, family, cfg, ckpt)
@@ -46,11 +50,14 @@ def build(family: Family, hf_config: dict, tensors, *, dtype=jnp.float32, param_
     """Build ``family``'s model from HF config and tensors; returns (model, family config)."""
     param_dtype = param_dtype or dtype
     cfg = family.config_from_hf(hf_config)
+    available = set(tensors.names())
+    fit_config = getattr(family.model, "fit_config", None)  # optional modules (a ViT's pooler)
+    if fit_config is not None:
+        cfg = fit_config(cfg, lambda name: _find(name, family.base_prefix, available) is not None)
     abstract = nnx.eval_shape(lambda: family.model(cfg, dtype=dtype, param_dtype=param_dtype,
                                                    rngs=nnx.Rngs(0)))
     graphdef, state = nnx.split(abstract)
     place = place or (lambda array, axes: jnp.asarray(array))
-    available = set(tensors.names())
     for path, var in nnx.to_flat_state(state):
         key = ".".join(map(str, path))
         if key not in family.hf_params:

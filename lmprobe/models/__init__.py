@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lmprobe.errors import CheckpointError
-from lmprobe.models import bert, distilbert, gpt2, gpt_neo, gpt_neox, llama, opt
+from lmprobe.models import bert, distilbert, gpt2, gpt_neo, gpt_neox, llama, opt, vit
 from lmprobe.models.base import HF, Family, ModelOutput
 
 # model_type (config.json) -> family
@@ -17,6 +17,7 @@ FAMILIES: dict[str, Family] = {
     "opt": opt.FAMILY,
     "llama": llama.FAMILY,
     "mistral": llama.FAMILY,
+    "vit": vit.FAMILY,
 }
 
 

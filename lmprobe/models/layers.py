@@ -106,6 +106,7 @@ ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
     "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),
     "gelu_pytorch_tanh": lambda x: jax.nn.gelu(x, approximate=True),
     "gelu_fast": lambda x: jax.nn.gelu(x, approximate=True),
+    "tanh": jnp.tanh,
 }
 
 

@@ -1,0 +1,282 @@
+"""ViT family: vision transformers (google/vit-*, DINO ViTs saved as ViTModel).
+
+Mirrors transformers' modeling_vit.py: the image is cut into patches by a stride-P convolution,
+a learned [CLS] token is put in front and learned position embeddings are added (no
+interpolation: the model takes only its training resolution); then pre-norm blocks
+(LayerNorm, self-attention over all patches, residual; LayerNorm, MLP, residual), a final
+LayerNorm and, in ViTModel checkpoints that have one, a pooler (dense + tanh over [CLS]).
+
+SynBench (Sec. 4) probes timm ViTs' representations; timm's pre-logits feature of a ViT is the
+[CLS] token of the final normed output, ``output.last_hidden_state[:, 0]`` here. Inputs are
+normalised pixels, (x - mean) / std with ``image_normalization(location)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from lmprobe.errors import CheckpointError, LmprobeError
+from lmprobe.models.base import HF, Family, ModelOutput, run_blocks
+from lmprobe.models.layers import LayerNorm, Linear, activation, dot_product_attention, param, stacked
+
+PREPROCESSOR_CONFIG = "preprocessor_config.json"
+# transformers' ViTImageProcessor defaults (IMAGENET_STANDARD_MEAN / _STD)
+DEFAULT_MEAN, DEFAULT_STD = 0.5, 0.5
+
+
+def _pair(x) -> tuple[int, int]:
+    return (int(x[0]), int(x[1])) if isinstance(x, (list, tuple)) else (int(x), int(x))
+
+
+@dataclasses.dataclass(frozen=True)
+class ViTConfig:
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    head_dim: int
+    image_size: tuple[int, int] = (224, 224)  # (height, width)
+    patch_size: tuple[int, int] = (16, 16)
+    num_channels: int = 3
+    qkv_bias: bool = True
+    hidden_act: str = "gelu"
+    layer_norm_eps: float = 1e-12
+    pooler_output_size: int | None = None  # None: hidden_size
+    pooler_act: str = "tanh"
+    add_pooling_layer: bool = False  # set by ViT.fit_config when the checkpoint holds a pooler
+
+    @classmethod
+    def from_hf(cls, c: dict) -> "ViTConfig":
+        heads = c.get("num_attention_heads", 12)
+        hidden = c.get("hidden_size", 768)
+        if not c.get("head_dim") and hidden % heads:
+            raise CheckpointError(f"hidden_size {hidden} is not a multiple of num_attention_heads {heads} "
+                                  "in the model config")
+        return cls(
+            hidden_size=hidden, intermediate_size=c.get("intermediate_size", 3072),
+            num_hidden_layers=c.get("num_hidden_layers", 12), num_attention_heads=heads,
+            head_dim=c.get("head_dim") or hidden // heads,
+            image_size=_pair(c.get("image_size", 224)), patch_size=_pair(c.get("patch_size", 16)),
+            num_channels=c.get("num_channels", 3), qkv_bias=c.get("qkv_bias", True),
+            hidden_act=c.get("hidden_act", "gelu"), layer_norm_eps=c.get("layer_norm_eps", 1e-12),
+            pooler_output_size=c.get("pooler_output_size") or hidden, pooler_act=c.get("pooler_act", "tanh"))
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        """Patches per column and per row (HF's convolution drops the remainder pixels)."""
+        return self.image_size[0] // self.patch_size[0], self.image_size[1] // self.patch_size[1]
+
+
+class ViTPatchProjection(nnx.Module):
+    """HF's Conv2d(C, D, kernel=stride=P) as one einsum over non-overlapping patches.
+
+    ``kernel`` is torch's weight [D, C, Ph, Pw] with all axes reversed, [Pw, Ph, C, D]: the
+    loader's ``transpose`` reads it exactly.
+    """
+
+    def __init__(self, cfg: ViTConfig, *, dtype, param_dtype, rngs):
+        (ph, pw), d = cfg.patch_size, cfg.hidden_size
+        self.kernel = param(rngs, (pw, ph, cfg.num_channels, d), (None, None, None, "embed"), param_dtype)
+        self.bias = param(rngs, (d,), ("embed",), param_dtype, nnx.initializers.zeros)
+        self.cfg, self.dtype = cfg, dtype
+
+    def __call__(self, pixel_values):
+        (gh, gw), (ph, pw) = self.cfg.grid, self.cfg.patch_size
+        b, c = pixel_values.shape[:2]
+        x = pixel_values[:, :, :gh * ph, :gw * pw].astype(self.dtype).reshape(b, c, gh, ph, gw, pw)
+        y = jnp.einsum("bcypxq,qpcd->byxd", x, self.kernel[...].astype(self.dtype))
+        return (y + self.bias[...].astype(self.dtype)).reshape(b, gh * gw, -1)  # row-major, as HF's flatten
+
+
+class ViTEmbeddings(nnx.Module):
+    def __init__(self, cfg: ViTConfig, *, dtype, param_dtype, rngs):
+        gh, gw = cfg.grid
+        d = cfg.hidden_size
+        self.cls_token = param(rngs, (1, 1, d), (None, None, "embed"), param_dtype)
+        self.position_embeddings = param(rngs, (1, 1 + gh * gw, d), (None, "positions", "embed"), param_dtype)
+        self.patch_embeddings = ViTPatchProjection(cfg, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.dtype = dtype
+
+    def __call__(self, pixel_values):
+        patches = self.patch_embeddings(pixel_values)
+        cls = jnp.broadcast_to(self.cls_token[...].astype(self.dtype), (patches.shape[0], 1, patches.shape[-1]))
+        return jnp.concatenate([cls, patches], axis=1) + self.position_embeddings[...].astype(self.dtype)
+
+
+class ViTAttention(nnx.Module):
+    def __init__(self, cfg: ViTConfig, *, dtype, param_dtype, rngs):
+        d, h, hd = cfg.hidden_size, cfg.num_attention_heads, cfg.head_dim
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.q_proj = Linear(d, h * hd, axes=("embed", "heads"), use_bias=cfg.qkv_bias, **kw)
+        self.k_proj = Linear(d, h * hd, axes=("embed", "heads"), use_bias=cfg.qkv_bias, **kw)
+        self.v_proj = Linear(d, h * hd, axes=("embed", "heads"), use_bias=cfg.qkv_bias, **kw)
+        self.o_proj = Linear(h * hd, d, axes=("heads", "embed"), **kw)
+        self.shape = (h, hd)
+
+    def __call__(self, x, bias):
+        (b, t, _), (h, hd) = x.shape, self.shape
+        q, k, v = (proj(x).reshape(b, t, h, hd) for proj in (self.q_proj, self.k_proj, self.v_proj))
+        return self.o_proj(dot_product_attention(q, k, v, bias, scale=hd ** -0.5))
+
+
+class ViTMLP(nnx.Module):
+    def __init__(self, cfg: ViTConfig, *, dtype, param_dtype, rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.fc1 = Linear(cfg.hidden_size, cfg.intermediate_size, axes=("embed", "mlp"), **kw)
+        self.fc2 = Linear(cfg.intermediate_size, cfg.hidden_size, axes=("mlp", "embed"), **kw)
+        self.act = activation(cfg.hidden_act)
+
+    def __call__(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class ViTLayer(nnx.Module):
+    def __init__(self, cfg: ViTConfig, *, dtype, param_dtype, rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.layernorm_before = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, **kw)
+        self.attention = ViTAttention(cfg, **kw)
+        self.layernorm_after = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, **kw)
+        self.mlp = ViTMLP(cfg, **kw)
+
+    def __call__(self, x, *, bias, positions, cache, cache_index):
+        x = x + self.attention(self.layernorm_before(x), bias)
+        return x + self.mlp(self.layernorm_after(x)), cache
+
+
+class ViTPooler(nnx.Module):
+    def __init__(self, cfg: ViTConfig, *, dtype, param_dtype, rngs):
+        self.dense = Linear(cfg.hidden_size, cfg.pooler_output_size, axes=("embed", None),
+                            dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        self.act = activation(cfg.pooler_act)
+
+    def __call__(self, last_hidden_state):
+        return self.act(self.dense(last_hidden_state[:, 0]))
+
+
+class ViT(nnx.Module):
+    """Image encoder: ``model(pixel_values [B, C, H, W]) -> ModelOutput``.
+
+    last_hidden_state [B, 1+N, D] is after the final LayerNorm ([CLS] first, then the N patches
+    row by row). hidden_states [L+1, B, 1+N, D] follows HF's ViT: the embedding output, then
+    each layer's output, the last one *before* the final LayerNorm (unlike the text families).
+    """
+
+    takes_text = False  # no tokenizer: checkpoints.load refuses tokenizer=True
+
+    def __init__(self, cfg: ViTConfig, *, dtype=jnp.float32, param_dtype=jnp.float32, rngs: nnx.Rngs):
+        kw = dict(dtype=dtype, param_dtype=param_dtype)
+        self.config = cfg
+        self.embeddings = ViTEmbeddings(cfg, rngs=rngs, **kw)
+        self.layers = stacked(lambda r: ViTLayer(cfg, rngs=r, **kw), cfg.num_hidden_layers, rngs)
+        self.layernorm = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, rngs=rngs, **kw)
+        self.pooler = ViTPooler(cfg, rngs=rngs, **kw) if cfg.add_pooling_layer else None
+
+    @staticmethod
+    def fit_config(cfg: ViTConfig, has_tensor) -> ViTConfig:
+        """The config with a pooler iff the checkpoint has one (ViTModel with add_pooling_layer)."""
+        return dataclasses.replace(cfg, add_pooling_layer=has_tensor("vit.pooler.dense.weight"))
+
+    @property
+    def image_size(self) -> tuple[int, int]:
+        """(height, width) the position embeddings were trained for; the only size accepted."""
+        return self.config.image_size
+
+    @property
+    def num_channels(self) -> int:
+        return self.config.num_channels
+
+    @property
+    def hidden_size(self) -> int:
+        return self.config.hidden_size
+
+    def check_pixels(self, shape) -> None:
+        """Refuse inputs whose shape is not [B, C, H, W] at the model's own size (no interpolation)."""
+        want = (self.num_channels, *self.image_size)
+        if len(shape) != 4 or tuple(shape[1:]) != want:
+            raise LmprobeError(
+                f"pixel_values of shape {tuple(shape)} do not fit this ViT, which takes [batch, "
+                f"{want[0]}, {want[1]}, {want[2]}] ({want[1]}x{want[2]} images with {want[0]} channels; "
+                "position embeddings are not interpolated): resize the images to that size")
+
+    def __call__(self, pixel_values, output_hidden_states=False):
+        self.check_pixels(pixel_values.shape)
+        h = self.embeddings(pixel_values)
+        no_mask = jnp.zeros((1, 1, 1, 1), jnp.float32)  # every token attends to every token
+        out, per_layer, _ = run_blocks(self.layers, h, bias=no_mask, positions=None, cache=None,
+                                       cache_index=0, output_hidden_states=output_hidden_states)
+        hidden = None if per_layer is None else jnp.concatenate([h[None], per_layer], axis=0)
+        return ModelOutput(self.layernorm(out), hidden)
+
+    def pooled(self, output: ModelOutput):
+        """The pooler's output [B, P] (dense + tanh over [CLS]) for checkpoints that have a pooler."""
+        if self.pooler is None:
+            raise LmprobeError("this ViT checkpoint has no pooler (a ViTForImageClassification, or a ViTModel "
+                               "saved without add_pooling_layer): use output.last_hidden_state[:, 0]")
+        return self.pooler(output.last_hidden_state)
+
+
+def image_normalization(location: str, num_channels: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    """(mean [C], std [C]) of a checkpoint's image processor: pixels enter as (x - mean) / std.
+
+    Read from ``preprocessor_config.json`` (image_mean, image_std; identity when do_normalize is
+    false) in the checkpoint directory; transformers' ViTImageProcessor defaults (0.5, 0.5) when
+    absent.
+    """
+    from lmprobe.checkpoints.base import read_json
+
+    path = os.path.join(location, PREPROCESSOR_CONFIG)
+    conf = read_json(path, "image preprocessor config") if os.path.isfile(path) else {}
+    if not isinstance(conf, dict):
+        raise CheckpointError(f"image preprocessor config '{path}' is not a JSON object: re-download it")
+    if not conf.get("do_normalize", True):
+        return np.zeros(num_channels, np.float32), np.ones(num_channels, np.float32)
+
+    def per_channel(key, default):
+        value = np.asarray(conf.get(key, default), np.float32).reshape(-1)
+        if value.size == 1:
+            value = np.repeat(value, num_channels)
+        if value.size != num_channels or (key == "image_std" and np.any(value <= 0)):
+            raise CheckpointError(f"{key} {conf[key]} in '{path}' is not {num_channels} per-channel values"
+                                  f"{' > 0' if key == 'image_std' else ''}: fix or re-download the file")
+        return value
+
+    return per_channel("image_mean", DEFAULT_MEAN), per_channel("image_std", DEFAULT_STD)
+
+
+_L = "vit.encoder.layer.{i}."
+_LINEARS = {  # our path -> HF name of the torch Linear
+    "layers.attention.q_proj": _L + "attention.attention.query",
+    "layers.attention.k_proj": _L + "attention.attention.key",
+    "layers.attention.v_proj": _L + "attention.attention.value",
+    "layers.attention.o_proj": _L + "attention.output.dense",
+    "layers.mlp.fc1": _L + "intermediate.dense",
+    "layers.mlp.fc2": _L + "output.dense",
+    "pooler.dense": "vit.pooler.dense",
+}
+_NORMS = {"layers.layernorm_before": _L + "layernorm_before", "layers.layernorm_after": _L + "layernorm_after",
+          "layernorm": "vit.layernorm"}
+
+# Tensor names as saved (checkpoint layout: encoder.layer.N.attention.attention.query, ...);
+# transformers 5 renames them to its module names on load.
+FAMILY = Family(
+    name="vit",
+    config_from_hf=ViTConfig.from_hf,
+    model=ViT,
+    base_prefix="vit.",
+    is_decoder=False,
+    hf_params={
+        "embeddings.cls_token": HF("vit.embeddings.cls_token"),
+        "embeddings.position_embeddings": HF("vit.embeddings.position_embeddings"),
+        "embeddings.patch_embeddings.kernel": HF("vit.embeddings.patch_embeddings.projection.weight",
+                                                 transpose=True),
+        "embeddings.patch_embeddings.bias": HF("vit.embeddings.patch_embeddings.projection.bias"),
+        **{f"{ours}.kernel": HF(f"{hf}.weight", transpose=True) for ours, hf in _LINEARS.items()},
+        **{f"{ours}.bias": HF(f"{hf}.bias") for ours, hf in _LINEARS.items()},
+        **{f"{ours}.{p}": HF(f"{hf}.{p}") for ours, hf in _NORMS.items() for p in ("weight", "bias")},
+    },
+)
