@@ -183,6 +183,7 @@ def synbench_accuracy_bound(
     labels_test: jax.Array,
     epsilons: jax.Array,
     *,
+    tau: jax.Array | float = 0.5,
     relative_epsilon: bool = False,
     eig_atol: float = 1e-6,
     rtol: float | None = None,
@@ -193,7 +194,8 @@ def synbench_accuracy_bound(
     Fits the Gaussian class model on the training split, solves z_Sigma for every epsilon
     (kernels.robust.robust_direction) and scores the test split in the eigenbasis.
     z_*: [..., n, d] (leading axes e.g. the 49 SynBench scales), labels_* [..., n],
-    epsilons [E] -> summaries of shape [..., E].
+    epsilons [E] -> summaries of shape [..., E]. ``tau`` = P(y = +1) shifts the decision
+    threshold by q/2 (003 Thm 3, Eq. 5); 1/2 is the balanced classifier of Thm 1.
     """
     model = fit_gaussian_classes(z_train, labels_train, eig_atol=eig_atol, rtol=rtol)
     robust = robust_direction(
@@ -211,5 +213,6 @@ def synbench_accuracy_bound(
         jnp.zeros_like(model.mean_diff)[..., None, :],
         robust.weight,
         model.mean_diff[..., None, :],
+        tau=tau,
     )
     return summarize_margins(margins, labels_test[..., None, :])

@@ -1,0 +1,457 @@
+"""SynBench (../seeds/003): robustness-accuracy of representations on synthetic Gaussian data.
+
+    class-conditional Gaussians, one task per scale s (lmprobe.data.gaussian; Sec. 3.1, 3.3)
+    -> raw-data reference: accuracy a(s, eps) and expected scaled bound of the eps-robust Bayes
+       classifier in closed form (Thm 1 (iii)-(iv), Thm 2 for l_p, Thm 3 for tau != 1/2)
+    -> representations z = f(x) of train and test samples, cached per (scale, split)
+    -> class means and pooled covariance of the train split, eps-robust Bayes classifier for
+       every eps, accuracy and mean scaled bound over correctly classified test samples
+       (Thm 1 (ii), Sec. 3.2.2; kernels.bayes.synbench_accuracy_bound)
+    -> E(a_t) = (1/n) sum_i bound_i 1[a_i > a_t] and SynBench-Score = int_{a_t}^1 E_rep /
+       int_{a_t}^1 E_raw, integrated exactly (Eq. 2-3; kernels.integrals.synbench_score)
+
+Conventions (* marks a choice the paper leaves open):
+* eps is relative by default, a radius eps * ||mu||_p in each space (the public code); with
+  ``relative_epsilon=False`` it is the radius itself (the paper's text). Relative eps must be
+  < 1 (at 1 the budget swallows the class-mean half-distance and no classifier is left).
+* Raw reference of the band covariance: w = (Sigma + kappa I)^{-1} mu from banded solves of
+  one channel block (every block is the same and mu is constant), never a d x d matrix.
+* Imbalanced classes (App. D): the classifier is sign(w^T (x - c) - q/2), q = ln((1-tau)/tau),
+  w = Sigma^{-1}(mu - z_Sigma); the expected bound is E[. | f(x) = y] (kernels.theory).
+  A general Sigma enters Thm 3 only through mu^T w and ||w||_Sigma, which the identity-
+  covariance formulas reproduce with ||mu|| -> mu^T w / ||w||_Sigma, ||w|| -> ||w||_Sigma.
+* Eigenvalues of the pooled covariance are kept above a relative cut (numpy.matrix_rank's
+  d * eps_f32 * lambda_max), not the public code's absolute 1e-6, so units do not matter.
+* Representations wider than the training split (e.g. the identity on image inputs) are
+  first projected onto the span of the within-class-centred training rows, the support of the
+  pooled covariance (App. C Remark): the same classifier, without a d x d array.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy.linalg import solveh_banded
+from scipy.optimize import brentq
+
+import kernels
+from lmprobe.data import gaussian
+from lmprobe.errors import LmprobeError
+from lmprobe.report.artifacts import cache_key, cached
+
+PAPER_EPSILONS = (0.0, 0.2, 0.4, 0.6, 0.8)
+PAPER_THRESHOLDS = (0.6, 0.7, 0.8, 0.9)
+NORMS = (1.0, 2.0, math.inf)
+DEFAULT_SEQ_LEN = 8  # tokens per Gaussian "sentence" fed to a language model (* not in the paper)
+CURVE_GRID = tuple(float(a) for a in np.linspace(0.5, 1.0, 201))
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    epsilons: tuple[float, ...] = PAPER_EPSILONS
+    a_t: tuple[float, ...] = PAPER_THRESHOLDS
+    scales: tuple[float, ...] = gaussian.PAPER_SCALES
+    n: int = 2048  # samples per scale in each of the train and test splits
+    covariance: str = "identity"
+    band: tuple[float, ...] = gaussian.DEFAULT_BAND
+    prior: float = 0.5  # tau
+    norm: float = 2.0  # p of the l_p budget
+    relative_epsilon: bool = True
+    seed: int = 0
+    batch_size: int = 64
+
+    def check(self) -> None:
+        """Bad settings fail here, before any model is loaded."""
+        if not self.a_t or any(not 0.5 < a < 1 for a in self.a_t):
+            raise LmprobeError(f"a_t={list(self.a_t)}: every threshold accuracy must lie in (0.5, 1) "
+                               "(accuracies of a binary task start at 0.5)")
+        if not self.epsilons or any(not e >= 0 for e in self.epsilons):
+            raise LmprobeError(f"epsilons {list(self.epsilons)} must be non-empty and >= 0")
+        if not self.scales or any(not s > 0 for s in self.scales):
+            raise LmprobeError(f"scales {list(self.scales)} must be non-empty and > 0")
+        if self.relative_epsilon and max(self.epsilons) >= 1:
+            raise LmprobeError(f"eps={max(self.epsilons)} is a relative budget eps * ||mu||: it must be < 1, "
+                               "else it covers the whole class-mean half-distance and leaves no classifier")
+        if not self.relative_epsilon and max(self.epsilons) >= max(self.scales):
+            raise LmprobeError(f"eps={max(self.epsilons)} is not below the class-mean half-distance of any "
+                               f"scale (largest {max(self.scales)}): use eps < {max(self.scales)}")
+        if self.norm not in NORMS:
+            raise LmprobeError(f"norm={self.norm}: l_p budgets are supported for p in 1, 2, inf")
+        if self.covariance == "band" and self.norm != 2:
+            raise LmprobeError("the band-covariance raw reference is implemented for l2 budgets only: "
+                               "use --norm=2 or --covariance=identity")
+        if self.n < 8:
+            raise LmprobeError(f"n={self.n} samples per split is too few to estimate class means: use >= 8")
+        if self.batch_size < 1:
+            raise LmprobeError(f"batch_size={self.batch_size} must be >= 1")
+        gaussian.GaussianSpec((1,), self.covariance, self.band, None, self.prior).check()
+
+
+@dataclasses.dataclass
+class Representation:
+    """A representation network f: inputs [B, *input_shape] -> representations [B, k]."""
+
+    name: str
+    input_shape: tuple[int, ...]
+    fn: Callable[[jax.Array], np.ndarray]
+    channel_axis: int | None = None  # channels of the band covariance (C of CHW, D of T x D)
+    offset: float = 0.0  # mu_bar (0.5 for pixel inputs, as the public code)
+    normalize: Callable[[jax.Array], jax.Array] | None = None  # the model's input normalisation
+    settings: dict = dataclasses.field(default_factory=dict)  # what else the cache key depends on
+
+    def spec(self, config: Config) -> gaussian.GaussianSpec:
+        return gaussian.GaussianSpec(tuple(self.input_shape), config.covariance, tuple(config.band),
+                                     self.channel_axis, config.prior, self.offset)
+
+
+def padded(fn: Callable, batch_size: int) -> Callable:
+    """fn on batches padded to ``batch_size`` rows (one compiled shape), cut back afterwards."""
+
+    def call(x):
+        n = x.shape[0]
+        if n < batch_size:
+            x = jnp.concatenate([x, jnp.zeros((batch_size - n, *x.shape[1:]), x.dtype)])
+        return np.asarray(fn(x))[:n]
+
+    return call
+
+
+def function_representation(name: str, fn: Callable, input_shape, *, batch_size: int = 64, **kwargs) -> Representation:
+    """Any JAX function [B, *input_shape] -> [B, ...] (flattened to [B, k]), jitted."""
+    jitted = jax.jit(lambda x: jnp.reshape(fn(x), (x.shape[0], -1)).astype(jnp.float32))
+    return Representation(name, tuple(input_shape), padded(jitted, batch_size), **kwargs)
+
+
+def identity_representation(input_shape, **kwargs) -> Representation:
+    """z = x: the sanity baseline, whose SynBench-Score is about 1."""
+    return function_representation("identity", lambda x: x, input_shape, **kwargs)
+
+
+def random_projection_representation(input_shape, dim: int, *, seed: int = 0, **kwargs) -> Representation:
+    """z = R^T x with a fixed Gaussian R [d, dim]: keeps about dim / d of the signal."""
+    d = math.prod(input_shape)
+    matrix = jax.random.normal(jax.random.PRNGKey(seed), (d, dim), jnp.float32) / math.sqrt(d)
+    rep = function_representation("random_projection", lambda x: x.reshape(x.shape[0], -1) @ matrix,
+                                  input_shape, **kwargs)
+    rep.settings.update(dim=dim, projection_seed=seed)
+    return rep
+
+
+def scorer_representation(scorer, name: str, *, seq_len: int = DEFAULT_SEQ_LEN, pooling: str | None = None,
+                          layer: int = -1) -> Representation:
+    """A language model fed Gaussian input embeddings [T, hidden] (Scorer.embed_inputs).
+
+    * Default pooling: the last token for decoders (the only one that attends to all inputs),
+    the mean over tokens for encoders (no input is a real [CLS]).
+    """
+    pooling = pooling or ("last" if scorer.is_decoder else "mean")
+    shape = (seq_len, int(scorer.config.hidden_size))
+    rep = Representation(name, shape, lambda x: scorer.embed_inputs(np.asarray(x), pooling=pooling, layer=layer),
+                         channel_axis=-1, settings={"pooling": pooling, "layer": layer, "seq_len": seq_len})
+    return rep
+
+
+def vit_representation(model, name: str, *, mean, std, image_size, channels: int = 3,
+                       batch_size: int = 64) -> Representation:
+    """A vision transformer's [CLS] token of the final normed output (timm's pre-logits, the
+    paper's features): pixels [B, C, H, W] around 0.5, normalised (x - mean) / std per channel."""
+    from flax import nnx
+
+    graphdef, state = nnx.split(model)
+    cls = jax.jit(lambda state, px: nnx.merge(graphdef, state)(px).last_hidden_state[:, 0].astype(jnp.float32))
+    mean = jnp.asarray(mean, jnp.float32).reshape(-1, 1, 1)
+    std = jnp.asarray(std, jnp.float32).reshape(-1, 1, 1)
+    height, width = image_size
+    return Representation(name, (channels, height, width), padded(lambda px: cls(state, px), batch_size),
+                          channel_axis=0, offset=0.5, normalize=lambda x: (x - mean) / std,
+                          settings={"pooling": "cls", "mean": np.asarray(mean).ravel().tolist(),
+                                        "std": np.asarray(std).ravel().tolist()})
+
+
+# --------------------------------------------------------------------------------------
+# Raw-data reference (Thm 1-3)
+# --------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Reference:
+    accuracy: np.ndarray  # [S, E]
+    bound: np.ndarray  # [S, E] expected scaled bound of correctly classified samples
+
+
+def _band_statistics(band, length: int, rho: float) -> tuple[float, float]:
+    """(u^T w, ||w||_Sigma) for unit-scale u = 1_L / sqrt(L), w = (T + kappa I)^{-1} u with
+    kappa chosen so that ||kappa w|| = rho ||u|| (T: one Toeplitz band block of length L)."""
+    c = np.asarray(band, np.float64)
+    m = len(c) - 1
+    ab = np.zeros((m + 1, length))
+    for k in range(m + 1):  # upper banded storage of solveh_banded
+        ab[m - k, k:] = c[k]
+    ones = np.ones(length) / math.sqrt(length)
+
+    def solve(kappa):
+        shifted = ab.copy()
+        shifted[m] += kappa
+        return solveh_banded(shifted, ones, overwrite_ab=True, check_finite=False)
+
+    # ||kappa w(kappa)|| grows from 0 to ||u|| = 1: Brent's root find on ln kappa
+    gap = lambda t: math.exp(t) * np.linalg.norm(solve(math.exp(t))) - rho
+    kappa = math.exp(brentq(gap, -40.0, 40.0, xtol=1e-10)) if rho > 0 else 0.0
+    w = solve(kappa)
+    tw = c[0] * w
+    for k in range(1, m + 1):
+        tw[k:] += c[k] * w[:-k]
+        tw[:-k] += c[k] * w[k:]
+    return float(ones @ w), float(math.sqrt(max(w @ tw, 0.0)))
+
+
+def raw_reference(config: Config, spec: gaussian.GaussianSpec) -> Reference:
+    """Accuracy and expected scaled bound of the eps-robust Bayes classifier on the raw data.
+
+    Identity covariance, l_p budget: z_Sigma is the projection of the constant vector mu onto
+    the l_p ball, again constant, so w = mu (1 - e/s) with e = eps * s (relative) or
+    min(s, eps d^{1/2 - 1/p}) (absolute): Thm 1 / Thm 3 with ||w|| = s - e. Band covariance:
+    banded solves (see _band_statistics). Balanced classes give Thm 1 (iii)-(iv) exactly.
+    """
+    s = np.asarray(config.scales, np.float64)[:, None]
+    eps = np.asarray(config.epsilons, np.float64)[None, :]
+    if config.covariance == "identity":
+        e = eps * s if config.relative_epsilon else eps * spec.dim ** (0.5 - 1.0 / config.norm) + 0.0 * s
+        noise = np.maximum(s - e, 0.0)
+        signal = s * noise
+    else:
+        length = spec.dim // spec.channels
+        signal, noise = np.zeros((len(s), eps.shape[1])), np.zeros((len(s), eps.shape[1]))
+        memo = {}
+        for i, scale in enumerate(s[:, 0]):
+            for j, budget in enumerate(eps[0]):
+                rho = budget if config.relative_epsilon else budget / scale
+                if rho >= 1:
+                    continue  # degenerate: w = 0
+                key = round(rho, 12)
+                if key not in memo:
+                    memo[key] = _band_statistics(config.band, length, rho)
+                uw, unorm = memo[key]
+                signal[i, j], noise[i, j] = scale * scale * uw, scale * unorm
+    degenerate = noise <= 0
+    safe = np.where(degenerate, 1.0, noise)
+    norm_equiv = np.where(degenerate, 0.0, signal / safe)  # Thm 3 with ||mu|| -> mu^T w / ||w||_Sigma
+    eps_equiv = np.where(degenerate, 1.0, norm_equiv - noise)
+    accuracy = kernels.imbalanced_accuracy(norm_equiv, eps_equiv, config.prior)
+    bound = kernels.imbalanced_expected_scaled_bound(norm_equiv, eps_equiv, config.prior)
+    return Reference(np.asarray(accuracy, np.float64), np.asarray(bound, np.float64))
+
+
+# --------------------------------------------------------------------------------------
+# Representation side (Sec. 3.2.2)
+# --------------------------------------------------------------------------------------
+
+
+@jax.jit
+def _within_class_basis(z, labels):
+    """Orthonormal basis [k, n] of the span of the within-class-centred rows (zero columns
+    where the span has fewer dimensions), from the n x n Gram matrix."""
+    means = kernels.class_means(z, labels)
+    centred = z - jnp.where((labels > 0)[:, None], means[0], means[1]) * (labels != 0)[:, None]
+    vals, vecs = jnp.linalg.eigh(centred @ centred.T)
+    keep = vals > vals[-1] * z.shape[0] * float(jnp.finfo(jnp.float32).eps)
+    return jnp.where(keep, (centred.T @ vecs) / jnp.sqrt(jnp.where(keep, vals, 1.0)), 0.0)
+
+
+def check_representations(name: str, z: np.ndarray, scale: float) -> None:
+    """NaN / infinite / constant representations are errors, never a silent score of 0."""
+    if not np.all(np.isfinite(z)):
+        raise LmprobeError(f"representation of {name} at scale s={scale} has NaN or infinite entries "
+                           f"({int(np.sum(~np.isfinite(z)))} of {z.size}): check the model's dtype "
+                           "(try --dtype=float32) and its input normalisation")
+    if float(np.max(np.ptp(z, axis=0))) == 0.0:
+        raise LmprobeError(f"representation of {name} at scale s={scale} has zero variance (every sample "
+                           "maps to the same vector): the model ignores its input, so SynBench is undefined")
+
+
+def representation_summary(z_train, y_train, z_test, y_test, config: Config) -> kernels.MarginSummary:
+    """Accuracy and mean scaled bound [S, E] of the eps-robust Bayes classifiers of the
+    representations z_* [S, n, k] (one task per scale), labels [S, n] in {+1, -1}."""
+    z_train, z_test = jnp.asarray(z_train, jnp.float32), jnp.asarray(z_test, jnp.float32)
+    y_train, y_test = jnp.asarray(y_train, jnp.int32), jnp.asarray(y_test, jnp.int32)
+    eps = jnp.asarray(config.epsilons, jnp.float32)
+    if config.norm == 2:
+        if z_train.shape[-1] > z_train.shape[-2]:  # wider than the sample: work in the support
+            basis = jax.vmap(_within_class_basis)(z_train, y_train)
+            z_train, z_test = z_train @ basis, z_test @ basis
+        out = [kernels.synbench_accuracy_bound(z_train[i], y_train[i], z_test[i], y_test[i], eps,
+                                               tau=config.prior, relative_epsilon=config.relative_epsilon,
+                                               eig_atol=0.0)
+               for i in range(z_train.shape[0])]  # per scale: keeps [E, n, k] off the memory peak
+        return kernels.MarginSummary(*(jnp.stack(parts) for parts in zip(*out)))
+    if z_train.shape[-1] > z_train.shape[-2]:
+        raise LmprobeError(f"l_p budgets with p={config.norm} act in the representation's own coordinates "
+                           f"and need n >= representation size: n={z_train.shape[-2]}, size "
+                           f"{z_train.shape[-1]}; raise --n or use --norm=2")
+    return _lp_summary(z_train, y_train, z_test, y_test, eps, config)
+
+
+def _lp_summary(z_train, y_train, z_test, y_test, eps, config: Config) -> kernels.MarginSummary:
+    """Thm 2: l_p-robust directions by FISTA on the pooled precision (pseudo-inverse)."""
+    moments = kernels.class_moments(z_train, y_train)
+    vals, vecs = kernels.descending_eigh(kernels.pooled_covariance(moments))
+    support = kernels.numerical_support(vals, None, 0.0)
+    precision = jnp.einsum("sij,sj,skj->sik", vecs, jnp.where(support, 1.0 / jnp.where(support, vals, 1.0), 0.0), vecs)
+    mean_diff = 0.5 * (moments.means[:, 0] - moments.means[:, 1])
+    midpoint = 0.5 * (moments.means[:, 0] + moments.means[:, 1])
+    out = []
+    for e in eps:
+        robust = kernels.robust_direction_lp(mean_diff, precision, e, p=config.norm,
+                                             relative_epsilon=config.relative_epsilon)
+        margins = kernels.linear_margins(z_test, y_test, midpoint, robust.weight, mean_diff, tau=config.prior,
+                                         norm_ord=kernels.dual_exponent(config.norm))
+        out.append(kernels.summarize_margins(margins, y_test))
+    return kernels.MarginSummary(*(jnp.stack(parts, axis=-1) for parts in zip(*out)))
+
+
+def mean_difference_norms(z_train, y_train, norm: float) -> np.ndarray:
+    """||mu||_p per scale, mu = half the class-mean difference of the representations."""
+    means = kernels.class_means(jnp.asarray(z_train, jnp.float32), jnp.asarray(y_train, jnp.int32))
+    return np.asarray(jnp.linalg.norm(0.5 * (means[..., 0, :] - means[..., 1, :]), ord=norm, axis=-1))
+
+
+# --------------------------------------------------------------------------------------
+# Scores (Eq. 2-3)
+# --------------------------------------------------------------------------------------
+
+
+def synbench_scores(rep_acc, rep_bound, raw: Reference, config: Config) -> np.ndarray:
+    """SynBench-Score [A, E] for every threshold a_t and epsilon, exact areas."""
+    t = jnp.asarray(config.a_t, jnp.float32)[:, None]
+    score = kernels.synbench_score(jnp.asarray(rep_acc).T, jnp.asarray(rep_bound).T,
+                                   jnp.asarray(raw.accuracy).T, jnp.asarray(raw.bound).T, t)
+    return np.asarray(score, np.float64)
+
+
+def check_reference(raw: Reference, config: Config) -> None:
+    """Every a_t needs raw scales above it, else the score's denominator is 0."""
+    best = raw.accuracy.max(axis=0)
+    if max(config.a_t) >= best.min():
+        raise LmprobeError(f"a_t={max(config.a_t)} is not below the best raw-data accuracy {best.min():.6f} "
+                           f"of the scale grid (largest s={max(config.scales)}): lower a_t or add larger scales")
+
+
+@dataclasses.dataclass
+class Result:
+    model: str
+    scores: list[dict]
+    curves: dict
+    representation: dict
+    timings: dict
+    config: Config
+
+    def to_json(self) -> dict:
+        return {"method": "synbench", "model": self.model, "scores": self.scores, "curves": self.curves,
+                "representation": self.representation, "timings_s": self.timings,
+                "config": dataclasses.asdict(self.config)}
+
+
+def represent(rep: Representation, config: Config, scale: float, split: str):
+    """Representations [n, k] and labels [n] of one (scale, split), generated batch by batch."""
+    zs, ys = [], []
+    for x, y in gaussian.batches(rep.spec(config), scale, seed=config.seed, split=split, n=config.n,
+                                 batch_size=config.batch_size, normalize=rep.normalize):
+        zs.append(np.asarray(rep.fn(x), np.float32))
+        ys.append(np.asarray(y))
+    return np.concatenate(zs), np.concatenate(ys).astype(np.int32)
+
+
+def run(rep: Representation, config: Config, *, cache_dir: str | None = None,
+        progress: Callable = lambda it, **_: it) -> Result:
+    """SynBench on representation ``rep``; representations cached under ``cache_dir``."""
+    config.check()
+    spec = rep.spec(config)
+    spec.check()
+    timings = {}
+    start = time.perf_counter()
+    raw = raw_reference(config, spec)
+    check_reference(raw, config)
+    timings["reference"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    z = {"train": [], "test": []}
+    y = {"train": [], "test": []}
+    for scale in progress(list(config.scales), desc=f"{rep.name}: representations"):
+        for split in ("train", "test"):
+            reps, labels = _cached_split(rep, config, spec, scale, split, cache_dir)
+            check_representations(rep.name, reps, scale)
+            z[split].append(reps)
+            y[split].append(labels.astype(np.int32))
+    timings["representations"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    z_train, z_test = np.stack(z["train"]), np.stack(z["test"])
+    y_train, y_test = np.stack(y["train"]), np.stack(y["test"])
+    degenerate = _check_budgets(rep.name, z_train, y_train, config)
+    summary = representation_summary(z_train, y_train, z_test, y_test, config)
+    rep_acc, rep_bound = np.asarray(summary.accuracy, np.float64), np.asarray(summary.mean_scaled_margin, np.float64)
+    scores = synbench_scores(rep_acc, rep_bound, raw, config)
+    curves = threshold_curves(rep_acc, rep_bound, raw, config)
+    timings["metric"] = time.perf_counter() - start
+
+    rows = [{"eps": e, "a_t": a, "score": float(scores[i, j])}
+            for i, a in enumerate(config.a_t) for j, e in enumerate(config.epsilons)]
+    info = {"dim": int(z_train.shape[-1]), "input_shape": list(spec.input_shape), "channel_axis": spec.channel_axis,
+            "offset": spec.offset, "degenerate_scales": degenerate, **rep.settings}
+    return Result(rep.name, rows, curves, info, timings, config)
+
+
+def _cached_split(rep, config, spec, scale, split, cache_dir):
+    """(representations, labels) of one (scale, split), from the cache when a run saved them."""
+    if cache_dir is None:
+        return represent(rep, config, scale, split)
+    key = cache_key(model=rep.name, settings=rep.settings, spec=dataclasses.asdict(spec), seed=config.seed,
+                    n=config.n, scale=scale, split=split, version=1)
+    fresh = {}
+
+    def compute():
+        fresh["reps"], fresh["labels"] = represent(rep, config, scale, split)
+        return fresh["reps"]
+
+    def labels():  # saved with the representations; regenerated exactly if only those survived
+        if "labels" in fresh:
+            return fresh["labels"]
+        return np.concatenate([np.asarray(y) for _, y in gaussian.batches(
+            spec, scale, seed=config.seed, split=split, n=config.n, batch_size=config.batch_size)])
+
+    reps = cached(os.path.join(cache_dir, f"{key}.npy"), compute)
+    return reps, cached(os.path.join(cache_dir, f"{key}-labels.npy"), labels).astype(np.int32)
+
+
+def _check_budgets(name, z_train, y_train, config: Config) -> dict:
+    """Absolute budgets: scales where eps >= ||mu||_p have no robust classifier (counted);
+    an eps that is too large at every scale is an error."""
+    if config.relative_epsilon:
+        return {str(e): 0 for e in config.epsilons}
+    norms = mean_difference_norms(z_train, y_train, config.norm)
+    for e in config.epsilons:
+        if e > 0 and e >= norms.max():
+            raise LmprobeError(f"eps={e} exceeds the class-mean half-distance ||mu|| of {name}'s representations "
+                               f"at every scale (largest {norms.max():.4g}): use eps < {norms.max():.4g} or "
+                               "relative budgets")
+    return {str(e): int(np.sum((e > 0) & (norms <= e))) for e in config.epsilons}
+
+
+def threshold_curves(rep_acc, rep_bound, raw: Reference, config: Config) -> dict:
+    """E(a) on a grid of thresholds for the raw data and the representations (Fig. 3), and
+    the per-scale accuracies and bounds they come from."""
+    grid = jnp.asarray(CURVE_GRID, jnp.float32)
+    e_raw = np.asarray(kernels.threshold_curve(grid, jnp.asarray(raw.accuracy.T), jnp.asarray(raw.bound.T)))
+    e_rep = np.asarray(kernels.threshold_curve(grid, jnp.asarray(rep_acc.T), jnp.asarray(rep_bound.T)))
+    clean = lambda a: np.where(np.isfinite(a), a, 0.0).tolist()
+    return {"a": list(CURVE_GRID), "epsilons": list(config.epsilons), "scales": list(config.scales),
+            "E_raw": clean(e_raw), "E_rep": clean(e_rep),
+            "raw_accuracy": clean(raw.accuracy.T), "raw_bound": clean(raw.bound.T),
+            "rep_accuracy": clean(rep_acc.T), "rep_bound": clean(rep_bound.T)}

@@ -1,0 +1,248 @@
+"""SynBench: known answers (identity ~ 1, noise ~ 0), theory vs Monte Carlo, no d x d arrays,
+bad input, reproducibility, caching, and the front end on tiny models."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.linalg import block_diag, toeplitz
+from scipy.stats import norm
+
+import kernels
+from experiments import synbench as front_end
+from lmprobe.data import gaussian
+from lmprobe.errors import LmprobeError
+from lmprobe.methods import synbench
+from tests.engine.conftest import tiny_llama_dir  # noqa: F401  (fixture)
+
+FAST = {"n": 1024, "batch_size": 1024}
+
+
+def _noise(x):  # a deterministic function of the input that keeps none of its signal
+    seed = jnp.sum(jnp.abs(x) * 1e3).astype(jnp.uint32)
+    return jax.random.normal(jax.random.fold_in(jax.random.PRNGKey(7), seed), (x.shape[0], 16))
+
+
+@pytest.fixture(scope="module")
+def identity_result():
+    return synbench.run(synbench.identity_representation((8,), batch_size=1024), synbench.Config(**FAST))
+
+
+def test_identity_scores_about_one_at_every_threshold(identity_result):
+    at_zero = [r["score"] for r in identity_result.scores if r["eps"] == 0]
+    assert len(at_zero) == 4
+    np.testing.assert_allclose(at_zero, 1.0, atol=0.03)
+    # relative budgets leave an isotropic problem's classifier unchanged: ~1 for every eps
+    np.testing.assert_allclose([r["score"] for r in identity_result.scores], 1.0, atol=0.03)
+
+
+def test_pure_noise_scores_about_zero():
+    result = synbench.run(synbench.function_representation("noise", _noise, (16,), batch_size=1024),
+                          synbench.Config(**FAST, epsilons=(0.0, 0.4)))
+    assert max(r["score"] for r in result.scores) < 0.02
+
+
+def test_constant_or_nan_representations_are_errors():
+    config = synbench.Config(n=16, batch_size=16, scales=(1.0, 5.0), a_t=(0.7,))
+    constant = synbench.function_representation("const", lambda x: jnp.ones((x.shape[0], 4)), (8,), batch_size=16)
+    with pytest.raises(LmprobeError, match="zero variance"):
+        synbench.run(constant, config)
+    nan = synbench.function_representation("nan", lambda x: x / 0.0 * 0.0, (8,), batch_size=16)
+    with pytest.raises(LmprobeError, match="NaN"):
+        synbench.run(nan, config)
+
+
+def test_bad_settings_fail_before_any_model():
+    for bad, match in (({"a_t": (0.5,)}, r"\(0.5, 1\)"), ({"a_t": (1.0,)}, r"\(0.5, 1\)"),
+                       ({"epsilons": (0.0, 1.0)}, "must be < 1"),
+                       ({"epsilons": (6.0,), "relative_epsilon": False}, "class-mean half-distance"),
+                       ({"norm": 3.0}, "p in 1, 2, inf"), ({"covariance": "band", "norm": 1.0}, "l2 budgets only"),
+                       ({"prior": 0.0}, "tau=0.0")):
+        with pytest.raises(LmprobeError, match=match):
+            synbench.Config(**bad).check()
+    config = synbench.Config(a_t=(0.9999999,), scales=(0.1, 1.0))
+    with pytest.raises(LmprobeError, match="best raw-data accuracy"):
+        synbench.run(synbench.identity_representation((4,)), config)
+
+
+def test_absolute_eps_beyond_every_class_mean_distance_is_an_error():
+    shrink = synbench.function_representation("shrink", lambda x: 1e-3 * x, (8,), batch_size=256)
+    config = synbench.Config(n=256, batch_size=256, epsilons=(0.0, 0.5), relative_epsilon=False, a_t=(0.7,))
+    with pytest.raises(LmprobeError, match="eps=0.5 exceeds the class-mean half-distance"):
+        synbench.run(shrink, config)
+
+
+def test_raw_reference_matches_monte_carlo_balanced_and_imbalanced():
+    rng = np.random.default_rng(0)
+    for tau in (0.5, 0.25):
+        config = synbench.Config(scales=(0.5, 1.5), epsilons=(0.0, 0.4), prior=tau)
+        ref = synbench.raw_reference(config, gaussian.GaussianSpec((10,), prior=tau))
+        half_q = 0.5 * np.log((1 - tau) / tau)
+        for i, s in enumerate(config.scales):
+            for j, eps in enumerate(config.epsilons):
+                y = np.where(rng.random(400_000) < tau, 1, -1)
+                t = y * s + rng.normal(size=y.size)  # x - c along mu / ||mu||; the rest is noise
+                w = s * (1 - eps)  # ||w|| of w = mu (1 - eps) (relative budget eps ||mu||)
+                score = w * t - half_q
+                correct = np.sign(score) == y
+                assert ref.accuracy[i, j] == pytest.approx(correct.mean(), abs=3e-3)
+                bound = np.abs(score[correct]) / abs(s * w - half_q)
+                assert ref.bound[i, j] == pytest.approx(bound.mean(), rel=1e-2)
+
+
+def test_imbalanced_formulas_reduce_to_balanced_at_one_half():
+    config = synbench.Config(scales=gaussian.PAPER_SCALES, epsilons=(0.0, 0.6))
+    ref = synbench.raw_reference(config, gaussian.GaussianSpec((10,)))
+    a = norm.cdf(np.asarray(config.scales))
+    np.testing.assert_allclose(ref.accuracy, np.stack([a, a], 1), atol=1e-6)
+    expected = np.asarray(kernels.expected_scaled_bound(jnp.asarray(a, jnp.float32)))
+    finite = a < 1 - 1e-6  # Thm 1(iv) is 0/0 in float32 once Phi(s) rounds to 1
+    np.testing.assert_allclose(ref.bound[finite, 0], expected[finite], rtol=1e-4)
+    s, e = jnp.linspace(0.2, 4.0, 20), 0.1
+    np.testing.assert_allclose(kernels.imbalanced_accuracy(s, e, 0.5), kernels.gaussian_accuracy(s), atol=1e-6)
+
+
+def test_band_reference_matches_dense_solution_and_monte_carlo():
+    band = (1.0, 0.5, 0.25)
+    spec = gaussian.GaussianSpec((2, 12), covariance="band", band=band, channel_axis=0)
+    config = synbench.Config(scales=(0.8, 2.0), epsilons=(0.0, 0.5), covariance="band", band=band)
+    ref = synbench.raw_reference(config, spec)
+    block = toeplitz(np.r_[band, np.zeros(9)])
+    sigma = block_diag(block, block)
+    vals, vecs = np.linalg.eigh(sigma)
+    u = np.ones(24) / np.sqrt(24)
+    for i, s in enumerate(config.scales):
+        x, y = (np.asarray(v) for v in gaussian.sample(spec, s, seed=3, split="test", start=0, count=40_000))
+        t = x.reshape(len(x), -1)
+        for j, eps in enumerate(config.epsilons):
+            robust = kernels.robust_direction(jnp.asarray(vecs.T @ (s * u)), jnp.asarray(vals), eps,
+                                              relative_epsilon=True)
+            w = vecs @ np.asarray(robust.weight, np.float64)
+            dense = norm.cdf(s * u @ w / np.sqrt(w @ sigma @ w))
+            assert ref.accuracy[i, j] == pytest.approx(dense, abs=1e-5)
+            score = t @ w
+            correct = np.sign(score) == y
+            assert ref.accuracy[i, j] == pytest.approx(correct.mean(), abs=0.01)
+            assert ref.bound[i, j] == pytest.approx(np.mean(np.abs(score[correct])) / (s * u @ w), rel=0.02)
+
+
+def test_band_identity_representation_scores_about_one():
+    result = synbench.run(synbench.identity_representation((2, 8), channel_axis=0, batch_size=1024),
+                          synbench.Config(**FAST, covariance="band", epsilons=(0.0, 0.4), a_t=(0.7,)))
+    np.testing.assert_allclose([r["score"] for r in result.scores], 1.0, atol=0.03)
+
+
+def test_wide_representations_use_the_support_and_match_the_full_fit():
+    rng = np.random.default_rng(1)
+    y = np.where(rng.random((1, 40)) < 0.5, 1, -1).astype(np.int32)
+    z = rng.normal(size=(1, 40, 60)).astype(np.float32) + 0.8 * y[..., None]
+    zt = rng.normal(size=(1, 50, 60)).astype(np.float32) + 0.8 * (yt := -y[:, :1].repeat(50, 1))[..., None]
+    config = synbench.Config(epsilons=(0.0, 0.3))
+    thin = synbench.representation_summary(z, y, zt, yt, config)
+    full = kernels.synbench_accuracy_bound(z[0], y[0], zt[0], yt[0], jnp.asarray([0.0, 0.3]), relative_epsilon=True)
+    np.testing.assert_allclose(thin.accuracy[0], full.accuracy, atol=1e-6)
+    np.testing.assert_allclose(thin.mean_scaled_margin[0], full.mean_scaled_margin, rtol=2e-3)
+
+
+def test_scores_do_not_depend_on_the_units_of_the_representation():
+    rng = np.random.default_rng(3)
+    y = np.where(rng.random((2, 200)) < 0.5, 1, -1).astype(np.int32)
+    z = (rng.normal(size=(2, 200, 8)) + 0.5 * y[..., None]).astype(np.float32)
+    config = synbench.Config(epsilons=(0.0, 0.4))
+    big = synbench.representation_summary(z, y, z, y, config)
+    tiny = synbench.representation_summary(1e-4 * z, y, 1e-4 * z, y, config)
+    np.testing.assert_allclose(tiny.accuracy, big.accuracy, atol=1e-6)
+    np.testing.assert_allclose(tiny.mean_scaled_margin, big.mean_scaled_margin, rtol=1e-3)
+
+
+def test_lp_budget_at_zero_is_the_bayes_classifier():
+    rng = np.random.default_rng(2)
+    y = np.where(rng.random((2, 300)) < 0.5, 1, -1).astype(np.int32)
+    z = (rng.normal(size=(2, 300, 6)) + 0.7 * y[..., None]).astype(np.float32)
+    l2 = synbench.representation_summary(z, y, z, y, synbench.Config(epsilons=(0.0,)))
+    linf = synbench.representation_summary(z, y, z, y, synbench.Config(epsilons=(0.0, 0.3), norm=float("inf")))
+    np.testing.assert_allclose(linf.accuracy[:, 0], l2.accuracy[:, 0], atol=1e-6)
+    np.testing.assert_allclose(linf.mean_scaled_margin[:, 0], l2.mean_scaled_margin[:, 0], rtol=1e-3)
+    assert np.all(np.asarray(linf.accuracy[:, 1]) > 0.6)
+
+
+def test_same_seed_same_numbers_and_cached_reruns(tmp_path):
+    config = synbench.Config(n=256, batch_size=64, scales=(0.5, 1.5, 3.0), a_t=(0.7,), epsilons=(0.0, 0.4))
+    first = synbench.run(synbench.identity_representation((8,), batch_size=64), config, cache_dir=str(tmp_path))
+    other_batches = synbench.Config(**{**config.__dict__, "batch_size": 100})
+    again = synbench.run(synbench.identity_representation((8,), batch_size=100), other_batches)
+    assert [r["score"] for r in first.scores] == [r["score"] for r in again.scores]
+
+    def broken(x):
+        raise AssertionError("the cache should have answered")
+
+    resumed = synbench.run(synbench.function_representation("identity", broken, (8,), batch_size=64), config,
+                           cache_dir=str(tmp_path))
+    assert [r["score"] for r in resumed.scores] == [r["score"] for r in first.scores]
+
+
+def test_image_sized_inputs_need_no_d_by_d_array():
+    """d = 3 x 224 x 224 with the band covariance and the identity network: a d x d float32
+    matrix would take 90 GB; the whole run must stay within a few GB."""
+    code = textwrap.dedent("""
+        import resource, jax
+        jax.config.update("jax_platforms", "cpu")
+        from lmprobe.methods import synbench
+        rep = synbench.identity_representation((3, 224, 224), channel_axis=0, offset=0.5, batch_size=8)
+        config = synbench.Config(n=8, batch_size=8, scales=(2.0, 5.0), epsilons=(0.0, 0.4), a_t=(0.7,),
+                                 covariance="band")
+        result = synbench.run(rep, config)
+        assert result.representation["dim"] == 150528
+        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    peak = int(out.stdout.split()[-1])
+    assert peak < 4e9 < 150528**2 * 4
+
+
+def test_front_end_on_a_tiny_language_model(tiny_llama_dir, tmp_path):  # noqa: F811
+    argv = ["--model", str(tiny_llama_dir), "--n", "16", "--scales", "1,3,5", "--a_t", "0.7", "--eps", "0,0.4",
+            "--batch_size", "16", "--output_dir", str(tmp_path)]
+    front_end.main(argv)
+    result = json.loads((tmp_path / "results.json").read_text())
+    assert result["method"] == "synbench" and result["model"] == str(tiny_llama_dir)
+    assert {(r["eps"], r["a_t"]) for r in result["scores"]} == {(0.0, 0.7), (0.4, 0.7)}
+    assert all(np.isfinite(r["score"]) for r in result["scores"])
+    assert result["representation"]["input_shape"] == [synbench.DEFAULT_SEQ_LEN, 64]
+    assert result["representation"]["pooling"] == "last"
+    assert set(result["curves"]) >= {"a", "E_raw", "E_rep", "rep_accuracy", "raw_accuracy"}
+    assert result["config"]["n"] == 16 and "0.7" in result["argmax_eps"]
+    assert (tmp_path / "bound_threshold.png").stat().st_size > 0
+    front_end.main(argv)  # resumes from the cache
+    assert json.loads((tmp_path / "results.json").read_text())["scores"] == result["scores"]
+
+
+def test_front_end_rejects_bad_flags_before_loading(capsys):
+    with pytest.raises(SystemExit):
+        front_end.main(["--model", "no/such-model", "--a_t", "1.2"])
+    assert "a_t=[1.2]" in capsys.readouterr().err
+
+
+def test_front_end_on_a_tiny_vit(tmp_path):
+    from transformers import ViTConfig, ViTModel
+
+    from tests.models.parity import save_random
+
+    path = tmp_path / "vit"
+    save_random(ViTModel, ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                                    image_size=16, patch_size=8, num_channels=3), path)
+    (path / "preprocessor_config.json").write_text(json.dumps({"image_mean": [0.4, 0.5, 0.6], "image_std": [0.2] * 3}))
+    out = tmp_path / "run"
+    front_end.main(["--model", str(path), "--n", "16", "--scales", "1,5", "--a_t", "0.7", "--eps", "0",
+                    "--batch_size", "8", "--covariance", "band", "--output_dir", str(out)])
+    result = json.loads((out / "results.json").read_text())
+    rep = result["representation"]
+    assert rep["input_shape"] == [3, 16, 16] and rep["channel_axis"] == 0 and rep["dim"] == 32
+    assert rep["pooling"] == "cls" and rep["mean"] == pytest.approx([0.4, 0.5, 0.6]) and rep["offset"] == 0.5
+    assert np.isfinite(result["scores"][0]["score"])
