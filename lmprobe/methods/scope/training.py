@@ -1,0 +1,139 @@
+"""Classifiers for SCoPE: fine-tuning an encoder with a linear head, or a linear probe on its
+frozen embeddings (../seeds/002 App. A and D).
+
+App. A recipe (the defaults of TrainConfig): Adam, learning rate 2e-5 decayed linearly to 0,
+batch size 64, 5 epochs, cross-entropy. App. D trains only a linear probe on top of the frozen
+network; the probe is trained on Scorer.embed features with the same optimiser and schedule
+(its default learning rate, 1e-2, suits a randomly initialised head on fixed features).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from lmprobe.engine import Scorer
+from lmprobe.engine.batching import bucket_length, make_batches
+from lmprobe.engine.mesh import DATA
+from lmprobe.errors import LmprobeError
+from lmprobe.methods.scope.models import Classifier, EncoderClassifier, place_head
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    learning_rate: float = 2e-5
+    batch_size: int = 64
+    epochs: int = 5
+    pooling: str = "mean"  # sentence-transformers' MiniLM is mean-pooled; 'cls' is HF BERT's choice
+    seed: int = 0
+
+    def check(self) -> None:
+        if self.learning_rate <= 0 or self.batch_size < 1 or self.epochs < 1:
+            raise LmprobeError(f"training settings {self}: need learning_rate > 0, batch_size >= 1, epochs >= 1")
+
+
+PROBE = TrainConfig(learning_rate=1e-2)
+
+
+def _schedule(config: TrainConfig, n: int):
+    steps = config.epochs * -(-n // config.batch_size)
+    return optax.adam(optax.linear_schedule(config.learning_rate, 0.0, max(steps, 1)))
+
+
+def _check_labels(labels, label_names):
+    labels = np.asarray(labels, np.int64)
+    if len(labels) == 0:
+        raise LmprobeError("no training examples: give a dataset with labelled rows")
+    bad = labels[(labels < 0) | (labels >= len(label_names))]
+    if len(bad):
+        raise LmprobeError(f"label {int(bad[0])} is outside the head's classes {list(label_names)}: "
+                           "fix the labels or the label names")
+    return labels
+
+
+def finetune(scorer: Scorer, texts: Sequence[str], labels, label_names: Sequence[str], *,
+             config: TrainConfig = TrainConfig(), name: str = "classifier",
+             progress: Callable = lambda it, **_: it) -> tuple[EncoderClassifier, list[float]]:
+    """Fine-tune the scorer's model with a new linear head (App. A); returns the classifier and
+    the mean training loss of each epoch."""
+    config.check()
+    labels = _check_labels(labels, label_names)
+    classifier = Classifier(scorer.model, len(label_names), pooling=config.pooling, seed=config.seed)
+    place_head(classifier, scorer.mesh)
+    graphdef, params, rest = nnx.split(classifier, nnx.Param, ...)
+    tx = _schedule(config, len(labels))
+    opt_state = tx.init(params)
+
+    @jax.jit
+    def step(params, opt_state, ids, mask, y, weight):
+        def loss_fn(p):
+            logits = nnx.merge(graphdef, p, rest)(ids, mask).astype(jnp.float32)
+            losses = optax.softmax_cross_entropy_with_integer_labels(logits, y)
+            return (losses * weight).sum() / weight.sum()
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    seqs = scorer.encode(list(texts))
+    rng = np.random.default_rng(config.seed)
+    data_axis = scorer.mesh.shape[DATA]
+    epoch_losses = []
+    for _ in progress(range(config.epochs), desc=f"{name}: fine-tuning"):
+        order, total = rng.permutation(len(seqs)), 0.0
+        for start in range(0, len(order), config.batch_size):
+            chunk = order[start:start + config.batch_size]
+            length = bucket_length(max(len(seqs[i]) for i in chunk), scorer.buckets)
+            (batch,) = make_batches([seqs[i] for i in chunk], batch_size=len(chunk), buckets=(length,),
+                                    multiple_of=data_axis)
+            rows = batch.shape[0]
+            y, weight = np.zeros(rows, np.int32), np.zeros(rows, np.float32)
+            y[:len(chunk)], weight[:len(chunk)] = labels[chunk[batch.indices]], 1.0
+            params, opt_state, loss = step(params, opt_state, *scorer._put(batch.ids, batch.mask, y, weight))
+            total += float(loss) * len(chunk)
+        epoch_losses.append(total / len(seqs))
+    trained = nnx.merge(graphdef, params, rest)
+    served = Scorer(trained, scorer.tokenizer, mesh=scorer.mesh, batch_size=scorer.batch_size)
+    return EncoderClassifier(name, served, label_names), epoch_losses
+
+
+def linear_probe(scorer: Scorer, texts: Sequence[str], labels, label_names: Sequence[str], *,
+                 config: TrainConfig = PROBE, name: str = "probe") -> tuple[EncoderClassifier, list[float]]:
+    """A linear head trained on frozen Scorer.embed features (App. D); (classifier, epoch losses)."""
+    config.check()
+    labels = _check_labels(labels, label_names)
+    features = jnp.asarray(scorer.embed(list(texts), pooling=config.pooling))
+    classifier = Classifier(scorer.model, len(label_names), pooling=config.pooling, seed=config.seed)
+    graphdef, head = nnx.split(classifier.head)
+    tx = _schedule(config, len(labels))
+    opt_state = tx.init(nnx.state(head, nnx.Param))
+
+    @jax.jit
+    def step(state, opt_state, x, y):
+        def loss_fn(s):
+            logits = nnx.merge(graphdef, s)(x)
+            return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+
+        loss, grads = jax.value_and_grad(loss_fn)(state)
+        updates, opt_state = tx.update(grads, opt_state, state)
+        return optax.apply_updates(state, updates), opt_state, loss
+
+    state, rng, epoch_losses = nnx.state(head, nnx.Param), np.random.default_rng(config.seed), []
+    y_all = jnp.asarray(labels, jnp.int32)
+    for _ in range(config.epochs):
+        order, total = rng.permutation(len(labels)), 0.0
+        for start in range(0, len(order), config.batch_size):
+            idx = jnp.asarray(order[start:start + config.batch_size])
+            state, opt_state, loss = step(state, opt_state, features[idx], y_all[idx])
+            total += float(loss) * len(idx)
+        epoch_losses.append(total / len(labels))
+    nnx.update(classifier.head, state)
+    place_head(classifier, scorer.mesh)
+    served = Scorer(classifier, scorer.tokenizer, mesh=scorer.mesh, batch_size=scorer.batch_size)
+    return EncoderClassifier(name, served, label_names), epoch_losses

@@ -1,0 +1,92 @@
+"""Model variants as nnx state transforms, for asking "does this design choice keep the
+invariances?" of one checkpoint (SCoPE ../seeds/002 Sec. 4 compares design choices).
+
+    NAME@bf16          every floating parameter rounded to bfloat16 (compute dtype unchanged)
+    NAME@int8          weight matrices fake-quantized to int8: symmetric, one scale per output
+                       channel (per row of embedding tables), dequantized in place
+    NAME@drop-layer=K  transformer block K (0-based) removed from the stacked layers
+
+Variants compose left to right: "smollm2-135m@int8@drop-layer=3".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+from flax import nnx
+
+from lmprobe.errors import LmprobeError
+
+KINDS = ("bf16", "int8", "drop-layer=K")
+
+
+def split_name(name: str) -> tuple[str, list[str]]:
+    """'base@v1@v2' -> ('base', ['v1', 'v2']), variants checked."""
+    base, *variants = name.split("@")
+    for v in variants:
+        if v not in ("bf16", "int8") and not (v.startswith("drop-layer=") and v[11:].lstrip("-").isdigit()):
+            raise LmprobeError(f"unknown model variant '@{v}' in '{name}': use one of "
+                               f"{', '.join('@' + k for k in KINDS)}")
+    return base, variants
+
+
+def cast_bf16(model: nnx.Module) -> None:
+    for _, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+        value = var.get_value()
+        if jnp.issubdtype(value.dtype, jnp.floating):
+            var.set_value(value.astype(jnp.bfloat16).astype(value.dtype))
+
+
+def fake_quantize_int8(model: nnx.Module) -> None:
+    """Kernels [.., in, out]: one scale per output column; embeddings [.., V, D]: one per row."""
+    for path, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+        value, leaf = var.get_value(), str(path[-1])
+        if leaf not in ("kernel", "embedding") or value.ndim < 2:
+            continue
+        axis = -2 if leaf == "kernel" else -1
+        scale = jnp.maximum(jnp.abs(value).max(axis=axis, keepdims=True), 1e-12) / 127.0
+        var.set_value((jnp.clip(jnp.round(value / scale), -127, 127) * scale).astype(value.dtype))
+
+
+def drop_layer(model: nnx.Module, k: int) -> nnx.Module:
+    """The model with stacked block k removed (its config's num_hidden_layers reduced)."""
+    n = model.config.num_hidden_layers
+    if not -n <= k < n or n < 2:
+        raise LmprobeError(f"drop-layer={k}: the model has {n} layers; give 0..{n - 1} (and keep at least one)")
+    k %= n
+    stacks = {name for name in ("layers", "layer", "h", "blocks") if hasattr(model, name)}
+    if not stacks:
+        raise LmprobeError(f"{type(model).__name__} has no stacked layers to drop from")
+    for name in stacks:
+        for _, var in nnx.to_flat_state(nnx.state(getattr(model, name))):
+            value = var.get_value()
+            var.set_value(jnp.concatenate([value[:k], value[k + 1:]]))
+    model.config = dataclasses.replace(model.config, num_hidden_layers=n - 1)
+    return model
+
+
+def apply_variants(model: nnx.Module, variants: list[str]) -> nnx.Module:
+    """A transformed copy of the model (its own Variables; the input is left unchanged)."""
+    model = nnx.clone(model)
+    for v in variants:
+        if v == "bf16":
+            cast_bf16(model)
+        elif v == "int8":
+            fake_quantize_int8(model)
+        else:
+            model = drop_layer(model, int(v.split("=", 1)[1]))
+    return model
+
+
+def load_scorer(name: str, **kwargs):
+    """Scorer.load of the base name with its variants applied to the weights."""
+    from lmprobe.engine import Scorer
+
+    base, variants = split_name(name)
+    scorer = Scorer.load(base, **kwargs)
+    if not variants:
+        return scorer
+    model = apply_variants(scorer.model, variants)
+    return Scorer(model, scorer.tokenizer, mesh=scorer.mesh, batch_size=scorer.batch_size,
+                  max_tokens=scorer.max_tokens)

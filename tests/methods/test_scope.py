@@ -1,0 +1,130 @@
+"""SCoPE end to end on a tiny random BERT with a character-level WordPiece vocabulary."""
+
+import string
+
+import numpy as np
+import pytest
+from transformers import BertConfig, BertModel, BertTokenizerFast
+
+from lmprobe.engine import Scorer
+from lmprobe.errors import LmprobeError
+from lmprobe.methods.scope import capabilities, models, run as scope_run, training, variants
+from lmprobe.methods.scope.search import Goal, score, search
+from lmprobe.perturb.constraints import Words
+from tests.models.parity import save_random
+
+TEXTS = ["a fast, funny, highly enjoyable movie.", "my reaction in a word: disappointment.",
+         "too slow, too long, and too little happens.", "a warm, funny, engaging film.",
+         "the of and", "Men love sports and women watch them."]
+LABELS = np.array([1, 0, 0, 1, 0, 1])
+NAMES = ("negative", "positive")
+
+
+@pytest.fixture(scope="module")
+def scorer(tmp_path_factory):
+    path = tmp_path_factory.mktemp("scope_bert")
+    save_random(BertModel, BertConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, max_position_embeddings=128), path)
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *string.ascii_lowercase,
+             *("##" + c for c in string.ascii_lowercase), *".,!?'-:", *string.digits]
+    vocab += [f"[unused{i}]" for i in range(100 - len(vocab))]
+    (path / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    BertTokenizerFast(str(path / "vocab.txt")).save_pretrained(path)
+    return Scorer.load(str(path), batch_size=16)
+
+
+@pytest.fixture(scope="module")
+def classifier(scorer):
+    model, losses = training.finetune(scorer, TEXTS * 4, np.tile(LABELS, 4), NAMES,
+                                      config=training.TrainConfig(learning_rate=3e-3, batch_size=8, epochs=4))
+    return model, losses
+
+
+def test_finetuning_lowers_training_loss(classifier):
+    _, losses = classifier
+    assert losses[-1] < losses[0]
+
+
+def test_linear_probe_lowers_loss_and_checks_labels(scorer):
+    _, losses = training.linear_probe(scorer, TEXTS, LABELS, NAMES, config=training.TrainConfig(1e-2, 4, 10))
+    assert losses[-1] < losses[0]
+    with pytest.raises(LmprobeError, match="outside the head's classes"):
+        training.linear_probe(scorer, TEXTS, LABELS + 1, NAMES)
+
+
+@pytest.mark.parametrize("name", ["synonym", "typo"])
+def test_search_respects_constraints_keeps_argmax_and_beats_random(classifier, name):
+    model, _ = classifier
+    capability = capabilities.get(name)
+    result = search(model, TEXTS, capability, trials=2, seed=0)
+    assert result.skipped.get("no eligible word") == 1  # "the of and"
+    assert result.model_calls <= 1 + 2  # base outputs + at most one batched call per trial
+    base = model.log_probs(TEXTS)
+    assert result.n_invariant >= 3
+    rng = np.random.default_rng(1)
+    found, random_valid = [], []
+    for p in result.perturbations:
+        words, new = Words.of(p.text), Words.of(p.perturbed)
+        changed = [i for i, (a, b) in enumerate(zip(words.words, new.words)) if a != b]
+        assert changed == list(p.words) and all(i in capability.constraints.eligible(words) for i in changed)
+        options = [words.replace({i: w}) for i in capability.constraints.eligible(words)
+                   for w in capability.transform(words.words[i], rng) if w != words.words[i]]
+        loss, same = score(model, base, options + [p.perturbed], [p.index] * (len(options) + 1), Goal())
+        assert same[-1] and abs(loss[-1] - p.objective) < 1e-5
+        found.append(p.objective)
+        random_valid.append(rng.choice(loss[:-1][same[:-1]]))
+    assert np.mean(found) < np.mean(random_valid)
+    trials = {}
+    for p in result.perturbations:
+        assert p.perturbed not in trials.setdefault(p.index, set())  # distinct trials
+        trials[p.index].add(p.perturbed)
+    again = search(model, TEXTS, capability, trials=2, seed=0)
+    assert [p.perturbed for p in again.perturbations] == [p.perturbed for p in result.perturbations]
+
+
+def test_fairness_and_kl_objective(classifier):
+    model, _ = classifier
+    result = search(model, TEXTS, capabilities.get("fairness"), goal=Goal("kl"), trials=1)
+    assert result.skipped["no eligible word"] == 5 and result.n_invariant <= 1
+    for p in result.perturbations:
+        assert p.perturbed.split()[0] in ("Boys", "Girls", "Gentlemen", "Ladies", "Women") or "men" not in p.perturbed.split()
+
+
+def test_self_comparison_is_one_everywhere(classifier):
+    model, _ = classifier
+    out, samples = scope_run.run(model, {"self": model}, TEXTS, LABELS,
+                                 scope_run.Config(capability="typo", trials=2, n_bootstrap=50))
+    row = out["targets"]["self"]
+    assert row["iid_agreement"] == row["ood_agreement"] == row["hard_scope"] == row["soft_scope"] == 1.0
+    assert row["iid_accuracy_gap"] == 0.0 and out["n_invariant"] >= 3 and len(samples) == out["n_pairs"]
+    assert set(samples[0]["probs"]["self"]) == {"x", "x_perturbed"}
+
+
+def test_head_label_mismatch_is_a_clear_error(classifier):
+    model, _ = classifier
+    with pytest.raises(LmprobeError, match="2-way head"):
+        models.EncoderClassifier("m", model.scorer, ("a", "b", "c"))
+
+
+def test_black_box_estimates_from_samples(classifier):
+    model, _ = classifier
+    box = models.SampledModel("box", models.sampler_from(model), NAMES, k=20)
+    a, b = np.asarray(box.log_probs(TEXTS)), np.asarray(box.log_probs(TEXTS))
+    assert np.array_equal(a, b) and np.allclose(np.exp(a).sum(-1), 1.0)
+
+
+def test_variants(scorer):
+    model = scorer.model
+    n = model.config.num_hidden_layers
+    dropped = variants.apply_variants(model, ["drop-layer=0"])
+    assert dropped.config.num_hidden_layers == n - 1
+    kernel = np.asarray(model.layer.attention.self.query.kernel[...])
+    q = variants.apply_variants(model, ["int8"])
+    qk = np.asarray(q.layer.attention.self.query.kernel[...])
+    assert 0 < np.abs(qk - kernel).max() <= np.abs(kernel).max(axis=-2).max() / 127
+    b = variants.apply_variants(model, ["bf16"])
+    assert np.array_equal(np.asarray(b.layer.attention.self.query.kernel[...]),
+                          kernel.astype("bfloat16").astype("float32"))
+    assert model.config.num_hidden_layers == n and np.array_equal(np.asarray(model.layer.attention.self.query.kernel[...]), kernel)
+    with pytest.raises(LmprobeError, match="unknown model variant"):
+        variants.split_name("m@fp4")
