@@ -1,0 +1,14 @@
+"""MSTemp (Liu et al. 2023, ../seeds/004): meta semantic templates. Seed sentences are
+paraphrased by evaluator LMs, filtered by an encoder's cosine similarity, parsed into templates
+whose slots are refilled with same-category words, and the target model's accuracy on the seeds
+is compared with its accuracy on the generated samples.
+
+    paraphrase.py  meta semantic sentences (Sec. 3.1)      filter.py  semantic-preserving filter
+    templates.py   parsing into templates (Sec. 3.1)       fill.py    real evaluation samples (3.2)
+    lexicon.py     word categories and sentiment words     evaluate.py accuracies, fair comparison (3.3)
+    run.py         Algorithm 1 end to end
+"""
+
+from lmprobe.methods.mstemp.run import Config, check_data, generate_samples, run
+
+__all__ = ["Config", "check_data", "generate_samples", "run"]

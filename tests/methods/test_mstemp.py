@@ -1,0 +1,200 @@
+"""MSTemp end to end: the filter on a real encoder, labels and determinism of the generated set,
+bad input, and the front end on a tiny random Llama whose vocabulary is English words."""
+
+import json
+import re
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from experiments import mstemp as front_end
+from lmprobe.data.labelled import LabelledData
+from lmprobe.errors import LmprobeError
+from lmprobe.methods import mstemp
+from lmprobe.methods.mstemp import filter as semantic_filter
+from tests.models.parity import save_random
+
+SEEDS = ["John bought a wooden table in the market.", "The actors wasted a boring evening in the theatre.",
+         "Mary loved the little garden near the house.", "The car broke down on a terrible road."]
+PARAPHRASES = {  # what the fake evaluator answers, per seed
+    SEEDS[0]: ["John purchased a wooden table at the market.", "At the market John bought a wooden table."],
+    SEEDS[1]: ["The actors wasted a boring evening at the theatre.", "Bananas are yellow."],
+    SEEDS[2]: ["Mary loved the little garden next to the house.", "Mary loved the little garden near the house."],
+    SEEDS[3]: ["The car broke down on a terrible road.", "The car broke down on a terrible road!"],  # copies only
+}
+DATA = LabelledData(SEEDS, np.array([1, 0, 1, 0]), ("negative", "positive"), "hand-written")
+
+
+class _Tokenizer:
+    chat_template = None
+
+    def decode(self, ids, skip_special_tokens=True):
+        return ids
+
+
+class FakeEvaluator:
+    """Answers each paraphrase prompt with the next canned paraphrase of its seed."""
+
+    tokenizer = _Tokenizer()
+    is_decoder = True
+
+    def generate(self, prompts, **kwargs):
+        out, seen = [], {}
+        for p in prompts:
+            seed = re.search(r"Sentence: (.*)\nParaphrase:", p).group(1)
+            k = seen[seed] = seen.get(seed, -1) + 1
+            out.append(PARAPHRASES[seed][k % len(PARAPHRASES[seed])])
+        return out
+
+
+class BagOfWords:
+    """An encoder: counts of lower-cased words over a fixed vocabulary (cosine = word overlap)."""
+
+    is_decoder = False
+    truncated = 0
+
+    def embed(self, texts, pooling="mean"):
+        vocab = sorted({w for t in [*SEEDS, *sum(PARAPHRASES.values(), [])] for w in re.findall(r"\w+", t.lower())})
+        out = np.zeros((len(texts), len(vocab) + 1))
+        for i, t in enumerate(texts):
+            for w in re.findall(r"\w+", t.lower()):
+                out[i, vocab.index(w) if w in vocab else -1] += 1
+        return out
+
+
+CONFIG = mstemp.Config(n_templates=2, m_samples=3, tau=0.8, tagger="wordnet", repeats=5)
+
+
+def _generate(config=CONFIG):
+    return mstemp.generate_samples(FakeEvaluator(), BagOfWords(), DATA, config, name="fake")
+
+
+def test_filter_keeps_a_paraphrase_and_drops_an_unrelated_sentence():
+    from lmprobe.engine import Scorer
+
+    encoder = Scorer.load(semantic_filter.DEFAULT_FILTER)
+    seed = "I loved this movie"
+    candidates = ["The train leaves at noon from platform four.", "I adored this film"]
+    scores = semantic_filter.similarities(encoder, [seed], [candidates])[0]
+    assert scores[1] > 0.7 > 0.2 > scores[0]
+    assert semantic_filter.keep(candidates, scores, tau=0.7) == [("I adored this film", pytest.approx(scores[1]))]
+
+
+def test_generated_samples_inherit_their_seed_label_and_are_counted():
+    rows, counts = _generate()
+    assert rows and all(r["label"] == DATA.labels[r["seed_index"]] and r["seed"] == SEEDS[r["seed_index"]]
+                        for r in rows)
+    assert {r["seed_index"] for r in rows} == {0, 1, 2}
+    assert all(r["similarity"] >= CONFIG.tau for r in rows)
+    assert not any(r["paraphrase"] == "Bananas are yellow." for r in rows)  # filtered out
+    assert counts["seeds_without_paraphrase"] == 1  # seed 3: the evaluator only copied it
+    assert counts["seeds_without_template"] == 1 and counts["samples"] == len(rows)
+    assert all("[x]" in r["template"] and r["sample"] != r["paraphrase"] for r in rows)
+
+
+def test_same_seed_same_generated_set():
+    first, _ = _generate()
+    assert first == _generate()[0]
+    other = _generate(mstemp.Config(**{**CONFIG.__dict__, "seed": 1}))[0]
+    assert [r["sample"] for r in other] != [r["sample"] for r in first]
+
+
+def test_typo_attack_changes_samples_but_not_labels():
+    clean, _ = _generate()
+    attacked, _ = _generate(mstemp.Config(**{**CONFIG.__dict__, "attack": "typo", "attack_strength": 2}))
+    assert len(attacked) == len(clean)
+    assert [r["label"] for r in attacked] == [r["label"] for r in clean]
+    assert sum(a["sample"] != c["sample"] for a, c in zip(attacked, clean)) >= len(clean) // 2
+
+
+def test_bad_input_is_refused_before_any_model():
+    with pytest.raises(LmprobeError, match="one class only"):
+        mstemp.check_data(LabelledData(SEEDS, np.zeros(4, np.int64), ("negative", "positive"), "one-class"))
+    with pytest.raises(LmprobeError, match="empty"):
+        mstemp.check_data(LabelledData([], np.zeros(0, np.int64), ("a", "b"), "nothing"))
+    with pytest.raises(LmprobeError, match="unknown attack"):
+        mstemp.Config(attack="emoji").check()
+
+
+WORDS = ("the a an of in on to and was is were it this that very . , ! ? : movie film story actor actors "
+         "table chair garden house car road market theatre evening morning night day friend friends book "
+         "music song man woman child dog cat city river tree window door wooden little big old new John Mary "
+         "Paris bought loved hated wasted broke saw made liked great good bad boring terrible wonderful "
+         "negative positive Sentence Paraphrase Rewrite following sentence different words keeping its "
+         "meaning Try style or expression Reply with rewritten only Classify sentiment text as one Text Answer").split()
+
+
+@pytest.fixture(scope="module")
+def english_llama(tmp_path_factory):
+    path = tmp_path_factory.mktemp("mstemp_llama")
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{w: i + 3 for i, w in enumerate(dict.fromkeys(WORDS))}}
+    save_random(LlamaForCausalLM, LlamaConfig(
+        vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=128), path)
+    words = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
+    from tokenizers import decoders
+    words.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces
+    PreTrainedTokenizerFast(tokenizer_object=words, pad_token="<pad>", bos_token="<s>",
+                            eos_token="</s>").save_pretrained(path)
+    return str(path)
+
+
+def test_front_end_end_to_end_and_rerun_resumes(english_llama, tmp_path, capsys):
+    data = tmp_path / "seeds.csv"
+    data.write_text("text,label\n" + "\n".join(
+        f'"{t}",{y}' for t, y in [("John loved the old house near the river .", "positive"),
+                                  ("the movie was a boring story .", "negative"),
+                                  ("Mary saw a wonderful film in Paris .", "positive"),
+                                  ("the actors wasted a terrible evening .", "negative")]) + "\n")
+    out = tmp_path / "run"
+    argv = [f"--model={english_llama}", f"--evaluator={english_llama}", f"--filter={english_llama}",
+            f"--dataset={data}", "--n_templates=3", "--m_samples=2", "--tau=-1", "--max_new_tokens=8",
+            "--tagger=wordnet", f"--output_dir={out}", "--batch_size=8"]
+    front_end.main(argv)
+    result = json.loads((out / "results.json").read_text())
+    for key in ("baseline_accuracy", "generated_accuracy", "drop", "n_seed", "n_generated", "per_evaluator"):
+        assert key in result
+    assert result["method"] == "mstemp" and result["n_seed"] == 4 and result["label_names"] == ["negative", "positive"]
+    assert result["per_evaluator"][english_llama]["candidates"] == 12
+    rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(rows) == result["n_generated"] > 0 and np.isfinite(result["generated_accuracy"])
+    for r in rows:
+        assert {"seed", "paraphrase", "similarity", "template", "sample", "label"} <= set(r)
+    assert "baseline accuracy" in capsys.readouterr().out
+    cached = sorted(p.name for p in (out / "cache").iterdir())
+    assert cached
+    front_end.main(argv)  # resumes from the cached paraphrases: same samples
+    assert [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()] == rows
+    assert sorted(p.name for p in (out / "cache").iterdir()) == cached
+
+
+def test_front_end_one_class_is_one_clear_error(tmp_path, capsys):
+    data = tmp_path / "one.jsonl"
+    data.write_text('{"text": "a fine day", "label": "positive"}\n{"text": "a fine film", "label": "positive"}\n')
+    with pytest.raises(SystemExit) as exit_info:
+        front_end.main([f"--dataset={data}", f"--output_dir={tmp_path / 'run'}"])
+    assert exit_info.value.code == 2
+    assert "one class only" in capsys.readouterr().err
+
+
+def test_encoder_target_is_scored_by_a_probe_and_compared_fairly():
+    result, rows = mstemp.run(BagOfWords(), {"fake": FakeEvaluator()}, BagOfWords(), DATA, CONFIG,
+                              target_name="bow", filter_name="bow")
+    assert "linear probe" in result["classifier"]
+    assert 0 <= result["baseline_accuracy"] <= 1 and 0 <= result["generated_accuracy"] <= 1
+    assert result["drop"] == pytest.approx(result["baseline_accuracy"] - result["generated_accuracy"])
+    assert result["n_generated"] == len(rows) == result["per_evaluator"]["fake"]["samples"]
+    assert all(r["prediction"] in (0, 1) for r in rows)
+
+
+def test_fair_accuracy_draws_n_of_the_generated_samples():
+    from lmprobe.methods.mstemp.evaluate import fair_accuracy
+
+    rng = np.random.default_rng(0)
+    correct = np.r_[np.ones(50), np.zeros(50)]
+    mean, std = fair_accuracy(correct, 10, 200, rng)
+    assert mean == pytest.approx(0.5, abs=0.05) and std > 0.05  # draws of 10 vary
+    assert fair_accuracy(correct[45:53], 10, 5, rng) == (pytest.approx(0.625), 0.0)  # fewer than N: all of them
