@@ -225,6 +225,20 @@ class Scorer:
 
     # ------------------------------------------------------------------ embeddings
 
+    def apply(self, name: str, fn, inputs) -> jax.Array:
+        """``fn(model, ids, mask) -> [B, ...]`` over texts or id lists, jitted once per bucket shape
+        (``name`` keys the jit cache); rows in input order, left on device."""
+        seqs = self.encode(list(inputs))
+        if not seqs:
+            raise LmprobeError("no inputs to apply the model to: pass at least one text")
+        step = self._jit(name, fn)
+        outputs, source, offset = [], np.zeros(len(seqs), np.int64), 0
+        for batch in self._batches(seqs):
+            outputs.append(step(*self._put(batch.ids, batch.mask)))
+            source[batch.indices] = offset + np.arange(len(batch.indices))
+            offset += batch.shape[0]
+        return jnp.take(jnp.concatenate(outputs), jnp.asarray(source), axis=0)
+
     def embed(self, inputs, *, pooling: str = "mean", layer: int = -1) -> np.ndarray:
         """Sentence embeddings [N, D] of texts or id lists.
 
@@ -237,7 +251,7 @@ class Scorer:
         seqs = self.encode(inputs)
         if not seqs:
             return np.zeros((0, self._hidden_size()), np.float32)
-        step = self._jit("embed", _embed, pooling=pooling, layer=layer)
+        step = self._jit("embed", pooled_embedding, pooling=pooling, layer=layer)
         batches = self._batches(seqs)
         per_batch = [np.asarray(step(*self._put(b.ids, b.mask))) for b in batches]
         return np.stack(restore(batches, per_batch, len(seqs)))
@@ -255,7 +269,7 @@ class Scorer:
         if n == 0:
             return np.zeros((0, x.shape[-1]), np.float32)
         rows = self._rows(self.batch_size)
-        step = self._jit("embed_inputs", _embed, pooling=pooling, layer=layer, continuous=True)
+        step = self._jit("embed_inputs", pooled_embedding, pooling=pooling, layer=layer, continuous=True)
         out = []
         for start in range(0, n, rows):
             take = np.minimum(np.arange(start, start + rows), n - 1)
@@ -339,7 +353,9 @@ def _pair_stats(model, ha, hb, token_mask, *, top_k, with_mass):
     return out
 
 
-def _embed(model, x, mask, *, pooling, layer, continuous=False):
+def pooled_embedding(model, x, mask, *, pooling, layer, continuous=False):
+    """[B, D] sentence embeddings of one padded batch (``Scorer.embed``'s body; reusable inside
+    a larger jitted function, e.g. an encoder plus a classification head)."""
     kwargs = dict(inputs_embeds=x) if continuous else dict(input_ids=x)
     need_all = pooling == "first_last_avg" or layer != -1
     out = model(attention_mask=mask, output_hidden_states=need_all, **kwargs,

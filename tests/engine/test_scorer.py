@@ -159,3 +159,12 @@ def test_generation_fills_a_learned_position_table_to_the_end(tmp_path):
     prompt = list(range(3, 43))  # 40 tokens: bucket 64, but 40 + 10 slots fit in 64 positions
     (out,) = scorer.generate([prompt], max_new_tokens=10, decode=False, eos_id=-1)
     assert len(out) == 10 and scorer.truncated == 0
+
+
+def test_apply_returns_rows_in_input_order(tiny_llama_dir):
+    scorer = _scorer(tiny_llama_dir, make_mesh(devices=jax.devices()[:2]))
+    seqs = [RNG.integers(3, VOCAB, size=n).tolist() for n in (5, 40, 3, 17, 9)]
+    masked_sums = scorer.apply("masked_sum", lambda model, ids, mask: (ids * mask).sum(1), seqs)
+    np.testing.assert_array_equal(np.asarray(masked_sums), [sum(s) for s in seqs])
+    with pytest.raises(LmprobeError, match="no inputs"):
+        scorer.apply("masked_sum", lambda model, ids, mask: ids, [])

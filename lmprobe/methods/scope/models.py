@@ -24,7 +24,7 @@ import numpy as np
 from flax import nnx
 
 from lmprobe.engine.mesh import replicated
-from lmprobe.engine.scorer import _embed
+from lmprobe.engine.scorer import pooled_embedding
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import icl
 
@@ -35,22 +35,6 @@ class ScopeModel(Protocol):
     unknown_token: str  # PWWS's leave-one-out replacement
 
     def log_probs(self, texts: Sequence[str]) -> jax.Array: ...
-
-
-def apply_rows(scorer, name: str, fn: Callable, texts: Sequence[str]) -> jax.Array:
-    """``fn(model, ids, mask) -> [B, K]`` over the texts through the scorer's length buckets and
-    jit cache; rows in input order, left on device."""
-    seqs = scorer.encode(list(texts))
-    if not seqs:
-        raise LmprobeError("no texts to score")
-    batches = scorer._batches(seqs)
-    step = scorer._jit(name, fn)
-    outputs, source, offset = [], np.zeros(len(seqs), np.int64), 0
-    for batch in batches:
-        outputs.append(step(*scorer._put(batch.ids, batch.mask)))
-        source[batch.indices] = offset + np.arange(len(batch.indices))
-        offset += batch.shape[0]
-    return jnp.take(jnp.concatenate(outputs), jnp.asarray(source), axis=0)
 
 
 def _unknown(tokenizer) -> str:
@@ -74,7 +58,7 @@ class Classifier(nnx.Module):
         return getattr(self.encoder, "max_length", self.config.max_position_embeddings)
 
     def __call__(self, ids, mask):
-        return self.head(_embed(self.encoder, ids, mask, pooling=self.pooling, layer=-1))
+        return self.head(pooled_embedding(self.encoder, ids, mask, pooling=self.pooling, layer=-1))
 
 
 def _class_log_probs(model, ids, mask):
@@ -100,7 +84,7 @@ class EncoderClassifier:
         self.unknown_token = _unknown(scorer.tokenizer)
 
     def log_probs(self, texts):
-        return apply_rows(self.scorer, "scope_classify", _class_log_probs, texts)
+        return self.scorer.apply("scope_classify", _class_log_probs, texts)
 
 
 class NextToken:
@@ -116,7 +100,7 @@ class NextToken:
         self.unknown_token = _unknown(scorer.tokenizer)
 
     def log_probs(self, texts):
-        return apply_rows(self.scorer, "scope_next_token", _next_token_log_probs, texts)
+        return self.scorer.apply("scope_next_token", _next_token_log_probs, texts)
 
 
 def zero_shot_instruction(label_words: Sequence[str]) -> str:
@@ -147,7 +131,7 @@ class ZeroShotClassifier:
         if self.single_tokens is None:
             scores = jnp.asarray(icl.label_log_probs(self.scorer, prompts, self.label_words), jnp.float32)
         else:
-            scores = apply_rows(self.scorer, "scope_next_token", _next_token_log_probs, prompts)[:, self.single_tokens]
+            scores = self.scorer.apply("scope_next_token", _next_token_log_probs, prompts)[:, self.single_tokens]
         return jax.nn.log_softmax(scores, axis=-1)
 
 
