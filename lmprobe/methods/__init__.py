@@ -1,5 +1,6 @@
-"""Evaluation methods, one module each: a pipeline from inputs to a typed result.
+"""Evaluation methods, one module (or package) each: a pipeline from inputs to a typed result.
 
-``loss_data``: the loss-data baselines (Val loss, MDL, SDL, eSC) that SynTextBench compares
-against (000 Sec. 3.1, Tables 1-2, 7, 9).
+``syntextbench`` (000), ``byod`` (001), ``scope`` (002), ``synbench`` (003), ``mstemp`` (004);
+``icl``: in-context-learning accuracy; ``loss_data``: the loss-data baselines (Val loss, MDL,
+SDL, eSC) SynTextBench compares against; ``robust_probe``: SynBench's eps-robust linear probing.
 """

@@ -11,7 +11,7 @@ import numpy as np  # noqa: E402
 import kernels  # noqa: E402
 
 
-def _save(fig, path: str) -> None:
+def save_figure(fig, path: str) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -27,7 +27,7 @@ def margin_accuracy(results: list[dict], path: str) -> None:
     ax.set(xlabel="accuracy $a_p$", ylabel=r"average scaled margin $\delta_p$",
            title="SynTextBench margin-accuracy")
     ax.legend(fontsize=8)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def goodness(results: list[dict], path: str) -> None:
@@ -42,7 +42,7 @@ def goodness(results: list[dict], path: str) -> None:
     ax.axvline(results[0]["a_t"], color="gray", ls="--", lw=1, label=f"$a_T$ = {results[0]['a_t']}")
     ax.set(xlabel="accuracy threshold a", ylabel="s(a)", title="SynTextBench goodness function")
     ax.legend(fontsize=8)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def synbench_bound_threshold(result: dict, path: str, area_epsilons: tuple[float, ...] | None = None) -> None:
@@ -80,4 +80,4 @@ def synbench_bound_threshold(result: dict, path: str, area_epsilons: tuple[float
         score = next(s["score"] for s in result["scores"] if s["eps"] == e and s["a_t"] == a_t)
         ax.set(xlabel="threshold accuracy $a_t$", title=rf"$\epsilon$ = {e}: score B/(A+B) = {score:.3f} at $a_t$ = {a_t}")
         ax.legend(fontsize=7)
-    _save(fig, path)
+    save_figure(fig, path)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from lmprobe.methods.scope.metrics import METRICS
-from lmprobe.report.plots import _save
+from lmprobe.report.plots import save_figure
 
 LABELS = {"iid_accuracy_gap": "Gap in IID acc.", "iid_agreement": "IID agreement",
           "ood_agreement": "OOD agreement", "hard_scope": "Hard-SCoPE", "soft_scope": "Soft-SCoPE"}
@@ -33,7 +33,7 @@ def metric_bars(result: dict, path: str) -> None:
     ax.set_ylim(0, 1.05)
     ax.set_title(f"reference {result['reference']}, capability {result['capability']}", fontsize=9)
     ax.legend(fontsize=7)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def matrix_heatmap(matrix: dict, metric: str, path: str) -> None:
@@ -52,4 +52,4 @@ def matrix_heatmap(matrix: dict, metric: str, path: str) -> None:
     ax.set_ylabel("reference")
     ax.set_title(LABELS.get(metric, metric), fontsize=9)
     fig.colorbar(image, ax=ax)
-    _save(fig, path)
+    save_figure(fig, path)

@@ -1,0 +1,120 @@
+"""Metrics on the next-token distribution after a sentence (BYOD Secs. 7, 8, 9).
+
+- word order ("Word Salad", Sec. 7, App. A.4): n random words swapped (n = 1 swap of two words
+  by default); score = median over examples of JSD(f(x)_{j+1} || f(x')_{j'+1});
+- tokenization ("Broken Token", Sec. 8, App. A.5): the text chopped every k characters (k = 5),
+  the pieces tokenized separately and the ids concatenated (same decoded text); score = mean JSD
+  after the last token;
+- entropy (Sec. 9, Fig. 11): Shannon entropy of the next-token distribution after a sentence,
+  and the sentence entropy, the mean over the sentence's tokens of the entropy of the
+  distribution that predicts each of them.
+"""
+
+from __future__ import annotations
+
+from lmprobe.methods.byod.common import (
+    Built,
+    MetricResult,
+    example_rng,
+    mean_stderr,
+    median_stderr,
+    no_progress,
+    paired_stats,
+    result,
+    take,
+)
+from lmprobe.perturb.text import swap_words
+from lmprobe.perturb.tokenization import chopped_ids
+
+TOO_FEW_WORDS = "too few words to swap"
+TOO_SHORT_TO_CHOP = "not longer than the chop stride"
+TOO_SHORT = "fewer than 2 tokens"
+TOO_LONG = "chopped tokenization longer than the model's context"
+LAST = [-1]
+
+
+def _last_token_jsd(scorer, built: Built, a_key: str, b_key: str, progress, desc: str) -> list[float]:
+    stats = paired_stats(scorer, [(e[a_key], LAST, e[b_key], LAST) for e in built.examples], progress, desc)
+    return [float(s["jsd"][0]) for s in stats]
+
+
+def word_order(scorer, sentences, *, n_swaps: int = 1, limit: int | None = 1000, seed: int = 0,
+               progress=no_progress) -> MetricResult:
+    """Median JSD after the last token between a sentence and its n-swap version."""
+    def make(item, built):
+        index, sentence = item
+        swapped = swap_words(sentence, n_swaps, example_rng(seed, index))
+        if swapped is None:
+            return built.skip(TOO_FEW_WORDS)
+        return {"text": sentence, "swapped": swapped}
+
+    built = take(enumerate(sentences), limit, make)
+    jsd = _last_token_jsd(scorer, built, "text", "swapped", progress, f"word order ({n_swaps} swaps)")
+    records = [{**e, "jsd": j} for e, j in zip(built.examples, jsd)]
+    median, median_se = median_stderr(jsd, seed)
+    mean, mean_se = mean_stderr(jsd)
+    return MetricResult("word_order", median, median_se, len(jsd), dict(built.skipped), records,
+                        {"n_swaps": n_swaps, "mean": mean, "mean_stderr": mean_se,
+                         "aggregate": "median (bootstrap stderr)"})
+
+
+def tokenization(scorer, sentences, *, chop: int = 5, limit: int | None = 1000,
+                 progress=no_progress) -> MetricResult:
+    """Mean JSD after the last token between the normal and the chopped tokenization."""
+    tokenizer = scorer.tokenizer
+
+    def make(sentence, built):
+        if len(sentence) <= chop:
+            return built.skip(TOO_SHORT_TO_CHOP)
+        ids = scorer.encode([sentence])[0]
+        chopped = chopped_ids(tokenizer, sentence, chop)
+        if len(chopped) > scorer.max_length:
+            return built.skip(TOO_LONG)
+        return {"text": sentence, "ids": ids, "chopped_ids": chopped, "same_ids": ids == chopped}
+
+    built = take(sentences, limit, make)
+    jsd = _last_token_jsd(scorer, built, "ids", "chopped_ids", progress, f"tokenization (chop {chop})")
+    records = [{"text": e["text"], "tokens": len(e["ids"]), "chopped_tokens": len(e["chopped_ids"]),
+                "same_ids": e["same_ids"], "jsd": j} for e, j in zip(built.examples, jsd)]
+    return result("tokenization", jsd, built, records, chop=chop)
+
+
+def entropy(scorer, sentences, *, limit: int | None = 1000, progress=no_progress) -> MetricResult:
+    """Mean next-token entropy after a sentence (score) and mean sentence entropy, in nats."""
+    def make(sentence, built):
+        ids = scorer.encode([sentence])[0]
+        if len(ids) < 2:
+            return built.skip(TOO_SHORT)
+        return {"text": sentence, "ids": ids}
+
+    built = take(sentences, limit, make)
+    entropies = _entropies(scorer, [e["ids"] for e in built.examples], progress)
+    records = [{"text": e["text"], "tokens": len(e["ids"]), "next_token_entropy": float(h[-1]),
+                "sentence_entropy": float(h[:-1].mean())} for e, h in zip(built.examples, entropies)]
+    sentence, sentence_se = mean_stderr([r["sentence_entropy"] for r in records])
+    return result("entropy", [r["next_token_entropy"] for r in records], built, records,
+                  sentence_entropy=sentence, sentence_entropy_stderr=sentence_se)
+
+
+def _entropies(scorer, seqs: list[list[int]], progress) -> list:
+    """Next-token entropy at every position of each sequence.
+
+    next_token_stats compares pairs, and entropy needs no partner: sequences of similar length
+    are paired with each other (sorted by length), each reporting its own side, so no forward
+    pass is wasted. The shorter one repeats its last position to match the count (its extra
+    values are dropped); an odd one out is paired with itself.
+    """
+    order = sorted(range(len(seqs)), key=lambda i: len(seqs[i]))
+    couples = [(order[i], order[min(i + 1, len(order) - 1)]) for i in range(0, len(order), 2)]
+    pairs = []
+    for i, j in couples:
+        width = max(len(seqs[i]), len(seqs[j]))
+        pairs.append((seqs[i], _padded(len(seqs[i]), width), seqs[j], _padded(len(seqs[j]), width)))
+    out = [None] * len(seqs)
+    for (i, j), stats in zip(couples, paired_stats(scorer, pairs, progress, "entropy")):
+        out[i], out[j] = stats["entropy_a"][:len(seqs[i])], stats["entropy_b"][:len(seqs[j])]
+    return out
+
+
+def _padded(length: int, width: int) -> list[int]:
+    return list(range(length)) + [length - 1] * (width - length)
