@@ -168,7 +168,7 @@ def load_corpus(spec: str | None = None, *, column: str = "text", split: str = "
         if not files:
             raise LmprobeError(f"corpus directory '{spec}' holds no .txt files: put UTF-8 .txt "
                                "files in it (searched recursively)")
-        return Corpus.from_texts(spec, (_read_text(f) for f in _take(files, max_documents)))
+        return Corpus.from_texts(spec, (read_text(f) for f in _take(files, max_documents)))
     if not os.path.isfile(path):
         raise LmprobeError(
             f"corpus '{spec}' is not a file, a directory or a known corpus name: give a .txt, "
@@ -180,7 +180,7 @@ def load_corpus(spec: str | None = None, *, column: str = "text", split: str = "
     elif suffix in (".csv", ".tsv"):
         texts = _table_texts(path, column, "\t" if suffix == ".tsv" else ",")
     else:
-        texts = split_paragraphs(_read_text(path))  # a plain text file: its paragraphs are documents
+        texts = split_paragraphs(read_text(path))  # a plain text file: its paragraphs are documents
     return Corpus.from_texts(spec, _take(texts, max_documents))
 
 
@@ -191,7 +191,7 @@ def _take(items: Iterable, n: int | None) -> Iterator:
         yield item
 
 
-def _read_text(path: str) -> str:
+def read_text(path: str) -> str:
     """A file's UTF-8 text; LmprobeError naming it when it is binary or not UTF-8."""
     with open(path, "rb") as f:
         data = f.read()
@@ -205,7 +205,7 @@ def _read_text(path: str) -> str:
 
 
 def _jsonl_texts(path: str, column: str) -> Iterator[str]:
-    for number, line in enumerate(_read_text(path).splitlines(), 1):
+    for number, line in enumerate(read_text(path).splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -223,7 +223,7 @@ def _jsonl_texts(path: str, column: str) -> Iterator[str]:
 
 def _table_texts(path: str, column: str, delimiter: str) -> Iterator[str]:
     csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
-    reader = csv.DictReader(_read_text(path).splitlines(), delimiter=delimiter)
+    reader = csv.DictReader(read_text(path).splitlines(), delimiter=delimiter)
     if column not in (reader.fieldnames or []):
         raise LmprobeError(f"corpus file '{path}' has no '{column}' column (its header: "
                            f"{reader.fieldnames}): name the text column with --column")
@@ -231,12 +231,13 @@ def _table_texts(path: str, column: str, delimiter: str) -> Iterator[str]:
         yield row[column] or ""
 
 
-def _import(module: str, pip_name: str, spec: str):
+def optional_import(module: str, pip_name: str, spec: str):
+    """``module``, or an LmprobeError naming ``pip install pip_name`` for ``spec``."""
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise LmprobeError(f"corpus '{spec}' needs the '{pip_name}' package: pip install "
-                           f"{pip_name}, or give a local text file") from None
+        raise LmprobeError(f"'{spec}' needs the '{pip_name}' package: pip install "
+                           f"{pip_name}, or give a local file") from None
 
 
 def _sliced(split: str, max_documents: int | None) -> str:
@@ -249,7 +250,7 @@ def _tfds_texts(spec: str, column: str, split: str, max_documents: int | None) -
     parts = spec.split(":")
     if len(parts) not in (2, 3) or not parts[1]:
         raise LmprobeError(f"corpus '{spec}': write tfds:NAME or tfds:NAME:SPLIT")
-    tfds = _import("tensorflow_datasets", "tensorflow-datasets", spec)
+    tfds = optional_import("tensorflow_datasets", "tensorflow-datasets", spec)
     split = parts[2] if len(parts) == 3 else split
     try:
         dataset = tfds.load(parts[1], split=_sliced(split, max_documents))
@@ -266,12 +267,12 @@ def _tfds_texts(spec: str, column: str, split: str, max_documents: int | None) -
             return
 
 
-def _hf_texts(spec: str, column: str, split: str, max_documents: int | None) -> Iterator[str]:
-    """hf:NAME[:CONFIG][:SPLIT]; with one extra part it is a SPLIT when named like one
-    (train, test, validation, valid, dev, or sliced 'train[:100]'), else a CONFIG."""
+def parse_hf_spec(spec: str, split: str) -> tuple[str, str | None, str]:
+    """hf:NAME[:CONFIG][:SPLIT] -> (name, config, split); with one extra part it is a SPLIT when
+    named like one (train, test, validation, valid, dev, or sliced 'train[:100]'), else a CONFIG."""
     parts = spec.split(":")
     if len(parts) not in (2, 3, 4) or not parts[1]:
-        raise LmprobeError(f"corpus '{spec}': write hf:NAME, hf:NAME:CONFIG or hf:NAME:CONFIG:SPLIT")
+        raise LmprobeError(f"'{spec}': write hf:NAME, hf:NAME:CONFIG or hf:NAME:CONFIG:SPLIT")
     name, config = parts[1], None
     if len(parts) == 4:
         config, split = parts[2] or None, parts[3]
@@ -280,7 +281,13 @@ def _hf_texts(spec: str, column: str, split: str, max_documents: int | None) -> 
             split = parts[2]
         else:
             config = parts[2]
-    datasets = _import("datasets", "datasets", spec)
+    return name, config, split
+
+
+def _hf_texts(spec: str, column: str, split: str, max_documents: int | None) -> Iterator[str]:
+    """Texts of an HF dataset (``parse_hf_spec``)."""
+    name, config, split = parse_hf_spec(spec, split)
+    datasets = optional_import("datasets", "datasets", spec)
     try:
         dataset = datasets.load_dataset(name, config, split=_sliced(split, max_documents))
     except Exception as e:

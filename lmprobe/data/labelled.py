@@ -115,7 +115,7 @@ def _file(spec: str, text_column: str, label_column: str) -> LabelledData:
     suffix = os.path.splitext(path)[1].lower()
     if suffix not in (".csv", ".tsv", ".jsonl"):
         raise LmprobeError(f"dataset '{spec}': unknown file type '{suffix}'; give a .csv, .tsv or .jsonl file")
-    text = corpus_lib._read_text(path)
+    text = corpus_lib.read_text(path)
     rows = []
     if suffix == ".jsonl":
         for number, line in enumerate(text.splitlines(), 1):
@@ -152,7 +152,7 @@ def _tfds(spec: str, text_column: str, label_column: str, split: str) -> Labelle
     parts = spec.split(":")
     if len(parts) not in (2, 3) or not parts[1]:
         raise LmprobeError(f"dataset '{spec}': write tfds:NAME or tfds:NAME:SPLIT")
-    tfds = corpus_lib._import("tensorflow_datasets", "tensorflow-datasets", spec)
+    tfds = corpus_lib.optional_import("tensorflow_datasets", "tensorflow-datasets", spec)
     split = parts[2] if len(parts) == 3 else split
     try:
         dataset, info = tfds.load(parts[1], split=split, with_info=True)
@@ -175,18 +175,8 @@ def _tfds(spec: str, text_column: str, label_column: str, split: str) -> Labelle
 
 
 def _hf(spec: str, text_column: str, label_column: str, split: str) -> LabelledData:
-    parts = spec.split(":")
-    if len(parts) not in (2, 3, 4) or not parts[1]:
-        raise LmprobeError(f"dataset '{spec}': write hf:NAME, hf:NAME:CONFIG or hf:NAME:CONFIG:SPLIT")
-    name, config = parts[1], None
-    if len(parts) == 4:
-        config, split = parts[2] or None, parts[3]
-    elif len(parts) == 3:
-        if parts[2].split("[")[0] in corpus_lib.SPLIT_NAMES:
-            split = parts[2]
-        else:
-            config = parts[2]
-    datasets = corpus_lib._import("datasets", "datasets", spec)
+    name, config, split = corpus_lib.parse_hf_spec(spec, split)
+    datasets = corpus_lib.optional_import("datasets", "datasets", spec)
     try:
         dataset = datasets.load_dataset(name, config, split=split)
     except Exception as e:  # noqa: BLE001

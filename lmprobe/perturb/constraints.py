@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Collection
 
 from lmprobe.data.stopwords import is_stopword
-from lmprobe.perturb.text import WORD, _rebuild
+from lmprobe.perturb.text import WORD, rebuild
 
 DEFAULT_MIN_LENGTH = 4  # "lengths less than four" are skipped (Sec. 3.2)
 
@@ -36,7 +36,7 @@ class Words:
     def replace(self, replacements: dict[int, str]) -> str:
         """The text with word i replaced by replacements[i]."""
         words = [replacements.get(i, w) for i, w in enumerate(self.words)]
-        return _rebuild(self.text, list(self.spans), words)
+        return rebuild(self.text, list(self.spans), words)
 
 
 def is_single_word(candidate: str) -> bool:

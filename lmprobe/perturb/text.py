@@ -45,7 +45,7 @@ def swap_words(text: str, n: int, rng: np.random.Generator, min_words: int = 6) 
             i, j = _distinct_pair(current, rng)
             current[i], current[j] = current[j], current[i]
         if current != words:
-            return _rebuild(text, spans, current)
+            return rebuild(text, spans, current)
     return None
 
 
@@ -57,7 +57,8 @@ def _distinct_pair(words: list[str], rng: np.random.Generator) -> tuple[int, int
             return int(i), int(j)
 
 
-def _rebuild(text: str, spans: list[tuple[int, int]], words: list[str]) -> str:
+def rebuild(text: str, spans: list[tuple[int, int]], words: list[str]) -> str:
+    """``text`` with the word at each span replaced, everything between kept as it was."""
     pieces, last = [], 0
     for (a, b), word in zip(spans, words):
         pieces += [text[last:a], word]
