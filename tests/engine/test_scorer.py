@@ -11,6 +11,7 @@ from scipy.stats import entropy
 from lmprobe.checkpoints import load
 from lmprobe.engine import Scorer, make_mesh, placement
 from lmprobe.engine.batching import LENGTH_BUCKETS
+from lmprobe.engine.generation import sample
 from lmprobe.errors import LmprobeError
 from tests.engine.conftest import VOCAB
 
@@ -125,6 +126,19 @@ def test_sampling_is_seeded_and_independent_of_batch_size(one):
     assert single.generate(SEQS, **kwargs) == outputs
     assert one.generate(SEQS, **{**kwargs, "seed": 8}) != outputs
     assert len({tuple(o) for o in outputs}) > 1
+
+
+@pytest.mark.parametrize("top_k, top_p, expected", [
+    (0, 1.0, [0.5, 0.3, 0.1, 0.06, 0.04]),
+    (3, 1.0, [5 / 9, 3 / 9, 1 / 9, 0, 0]),  # top-k, renormalised
+    (3, 0.7, [5 / 8, 3 / 8, 0, 0, 0]),  # then the nucleus of the top-k distribution (HF's order)
+    (0, 0.85, [5 / 9, 3 / 9, 1 / 9, 0, 0]),
+])
+def test_sampling_draws_from_the_filtered_distribution(top_k, top_p, expected):
+    logits = jnp.log(jnp.asarray([0.5, 0.3, 0.1, 0.06, 0.04])) * 2.0  # temperature 2 undoes the x2
+    keys = jax.random.split(jax.random.key(0), 40_000)
+    draws = jax.vmap(lambda k: sample(k, logits, 2.0, top_k, top_p))(keys)
+    np.testing.assert_allclose(np.bincount(np.asarray(draws), minlength=5) / len(keys), expected, atol=0.01)
 
 
 def test_bad_input(one):
