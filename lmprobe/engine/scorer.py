@@ -2,6 +2,7 @@
 
     scorer = Scorer.load("smollm2-135m")
     scorer.score(["Some text."])                       # token log-probs, NLL, log-perplexity
+    scorer.score_pairs(a, b)                           # the same for pairs, shared prefixes once
     scorer.next_token_stats(a, a_pos, b, b_pos)        # JSD / KL / entropy / mass / top-k, on device
     scorer.embed(["Some text."], pooling="mean")       # sentence embeddings
     scorer.embed_inputs(x)                             # continuous inputs (Gaussian probing)
@@ -28,6 +29,7 @@ import kernels
 from lmprobe.engine import generation
 from lmprobe.engine.batching import LENGTH_BUCKETS, Batch, make_batches, restore
 from lmprobe.engine.mesh import DATA, batch_sharding, make_mesh, placement, replicated
+from lmprobe.engine.packing import PADDING, Packed, pack_pairs, padded, visibility
 from lmprobe.engine.runtime import enable_compilation_cache, initialize_distributed
 from lmprobe.errors import LmprobeError
 
@@ -167,6 +169,42 @@ class Scorer:
         return Scores(rows, np.asarray([-r.sum() for r in rows], np.float64),
                       np.asarray([len(r) for r in rows]))
 
+    def score_pairs(self, a, b) -> tuple[Scores, Scores]:
+        """``score(a)`` and ``score(b)`` for pairs (a[i], b[i]), each pair in one packed row: the
+        tokens they share at the start are computed once (e.g. a sentence and its negation)."""
+        self._require_decoder("score_pairs")
+        if len(a) != len(b):
+            raise LmprobeError(f"score_pairs needs as many a ({len(a)}) as b ({len(b)})")
+        seqs = self.encode(list(a) + list(b))
+        if not seqs:
+            empty = Scores([], np.zeros(0), np.zeros(0, np.int64))
+            return empty, empty
+        n = len(a)
+        packed = pack_pairs(seqs[:n], seqs[n:], self.max_length)
+        side = (np.arange(2 * n) >= n).astype(np.int64)  # target set: 0 for the a's, 1 for the b's
+        targets = [np.zeros((len(r), 2), np.int32) for r in packed.rows]
+        for i, seq in enumerate(seqs):
+            targets[packed.row[i]][packed.slots[i][:-1], side[i]] = seq[1:]
+        step = self._jit("score_packed", _packed_logprobs)
+        per_row = [None] * len(packed.rows)
+        for batch in self._batches(packed.rows):
+            rows, length = batch.shape
+            t = np.zeros((rows, length, 2), np.int32)
+            for r, i in enumerate(batch.indices):
+                t[r, :len(targets[i])] = targets[i]
+            lp = np.asarray(step(*self._put(batch.ids, *self._packing(packed, batch), t)))
+            for r, i in enumerate(batch.indices):
+                per_row[i] = lp[r]
+        rows = [per_row[packed.row[i]][packed.slots[i][:-1], side[i]] for i in range(2 * n)]
+        scores = Scores(rows, np.asarray([-r.sum() for r in rows], np.float64), np.asarray([len(r) for r in rows]))
+        return (Scores(scores.token_logprobs[:n], scores.nll[:n], scores.num_predicted[:n]),
+                Scores(scores.token_logprobs[n:], scores.nll[n:], scores.num_predicted[n:]))
+
+    def _packing(self, packed: Packed, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+        """Segments and positions of a batch of packed rows (padding: PADDING, 0)."""
+        return (padded(packed.segments, batch.indices, batch.shape, PADDING),
+                padded(packed.positions, batch.indices, batch.shape, 0))
+
     def next_token_stats(self, a, a_positions, b, b_positions, *, token_set=None,
                          top_k: int = 0) -> dict[str, list[np.ndarray]]:
         """Compare next-token distributions of paired inputs at chosen positions.
@@ -176,7 +214,8 @@ class Scorer:
         b[i] at b_positions[i][j]. Returns per pair, per position: 'jsd', 'kl_ab', 'kl_ba',
         'entropy_a', 'entropy_b'; 'mass_a', 'mass_b' (probability on ``token_set``, a list of
         token ids) when given; 'topk_a', 'topk_b' ids and 'topk_logp_a', 'topk_logp_b' when
-        top_k > 0. The LM head runs only at these positions, on device.
+        top_k > 0. The LM head runs only at these positions, on device. Each pair runs as one
+        packed row (lmprobe.engine.packing): tokens a[i] and b[i] share at the start run once.
         """
         self._require_decoder("next_token_stats")
         if not (len(a) == len(b) == len(a_positions) == len(b_positions)):
@@ -189,8 +228,10 @@ class Scorer:
         seqs = self.encode(list(a) + list(b))
         positions = [_absolute(p, len(s), i) for i, (s, p) in
                      enumerate(zip(seqs, list(a_positions) + list(b_positions)))]
-        hidden = self._hidden_at(seqs, positions)  # [2N, P, D] on host, P = padded max positions
-        n, width = len(a), hidden.shape[1]
+        n = len(a)
+        packed = pack_pairs(seqs[:n], seqs[n:], self.max_length)
+        hidden = self._hidden_at(packed, positions)  # [2N, P, D] on host, P = padded max positions
+        width = hidden.shape[1]
         valid = np.zeros((n, width), bool)
         for i, c in enumerate(counts):
             valid[i, :c] = True
@@ -210,18 +251,27 @@ class Scorer:
                     results[key].append(value[r, :counts[i]])
         return dict(results)
 
-    def _hidden_at(self, seqs, positions) -> np.ndarray:
-        """Final hidden states at the given positions, [N, P, D], P a power of two >= max count."""
+    def _hidden_at(self, packed: Packed, positions) -> np.ndarray:
+        """Final hidden states of each packed sequence at its positions, [N, P, D], P a power of
+        two >= the most positions asked of one sequence."""
         width = 1 << max(0, (max(len(p) for p in positions) - 1).bit_length())
-        step = self._jit("hidden_at", _hidden_at)
-        batches = self._batches(seqs)
-        per_batch = []
-        for batch in batches:
-            pos = np.zeros((batch.shape[0], width), np.int32)
-            for row, i in enumerate(batch.indices):
-                pos[row, :len(positions[i])] = positions[i]
-            per_batch.append(np.asarray(step(*self._put(batch.ids, batch.mask, pos))))
-        return np.stack(restore(batches, per_batch, len(seqs)))
+        asked = [[] for _ in packed.rows]  # per row: the slots its sequences ask for, in order
+        offset = np.zeros(len(positions), np.int64)
+        for i, p in enumerate(positions):
+            offset[i] = len(asked[packed.row[i]])
+            asked[packed.row[i]] += packed.slots[i][p].tolist()
+        row_width = 1 << max(0, (max(map(len, asked)) - 1).bit_length())
+        step = self._jit("hidden_at", _packed_hidden_at)
+        per_row = [None] * len(packed.rows)
+        for batch in self._batches(packed.rows):
+            gather = padded([np.asarray(x, np.int32) for x in asked], batch.indices, (batch.shape[0], row_width), 0)
+            out = np.asarray(step(*self._put(batch.ids, *self._packing(packed, batch), gather)))
+            for r, i in enumerate(batch.indices):
+                per_row[i] = out[r]
+        hidden = np.zeros((len(positions), width, per_row[0].shape[-1]), per_row[0].dtype)
+        for i, p in enumerate(positions):
+            hidden[i, :len(p)] = per_row[packed.row[i]][offset[i]:offset[i] + len(p)]
+        return hidden
 
     # ------------------------------------------------------------------ embeddings
 
@@ -322,20 +372,34 @@ class Scorer:
 
 
 def _token_logprobs(model, ids, mask):
-    """[B, T]: ln p(ids[t+1] | ids[<=t]), the LM head run over slices of positions."""
+    """[B, T]: ln p(ids[t+1] | ids[<=t])."""
     h = model(ids, mask, compute_logits=False).last_hidden_state
+    return _logprobs(model, h, jnp.roll(ids, -1, axis=1))
+
+
+def _logprobs(model, h, targets):
+    """ln p(targets[b, t, ...] | h[b, t]): targets [B, T] or [B, T, K] (K tokens scored against
+    each distribution), the LM head run once per position, over slices of positions."""
     b, t, d = h.shape
-    targets = jnp.roll(ids, -1, axis=1)
     chunk = math.gcd(t, _TIME_CHUNK)  # buckets are multiples of 4 (powers of two and 1.5x)
     hs = h.reshape(b, t // chunk, chunk, d).swapaxes(0, 1)
-    ts = targets.reshape(b, t // chunk, chunk).swapaxes(0, 1)
+    ts = targets.reshape(b, t // chunk, chunk, *targets.shape[2:]).swapaxes(0, 1)
     lp = jax.lax.map(lambda x: kernels.token_log_probs(model.logits(x[0]), x[1]), (hs, ts))
-    return lp.swapaxes(0, 1).reshape(b, t)
+    return lp.swapaxes(0, 1).reshape(targets.shape)
 
 
-def _hidden_at(model, ids, mask, positions):
-    h = model(ids, mask, compute_logits=False).last_hidden_state
-    return jnp.take_along_axis(h, positions[..., None], axis=1)
+def _packed_hidden(model, ids, segments, positions):
+    """Last hidden states of packed rows (lmprobe.engine.packing)."""
+    return model(ids, visibility(segments), positions=positions, compute_logits=False).last_hidden_state
+
+
+def _packed_logprobs(model, ids, segments, positions, targets):
+    return _logprobs(model, _packed_hidden(model, ids, segments, positions), targets)
+
+
+def _packed_hidden_at(model, ids, segments, positions, gather):
+    h = _packed_hidden(model, ids, segments, positions)
+    return jnp.take_along_axis(h, gather[..., None], axis=1)
 
 
 def _pair_stats(model, ha, hb, token_mask, *, top_k, with_mass):

@@ -94,9 +94,14 @@ def frozen(d: dict | None) -> tuple | None:
 
 
 def mask_and_positions(h: Array, attention_mask, positions, cache_index):
-    """Key mask [B, S] (all ones when None) and the position ids of this call's T tokens."""
+    """Key mask [B, S] (all ones when None) and the position ids of this call's T tokens.
+
+    A [B, T, S] mask (which key each query sees: packed sequences) needs explicit positions.
+    """
     b, t = h.shape[:2]
     key_mask = jnp.ones((b, t), bool) if attention_mask is None else attention_mask
+    if key_mask.ndim == 3 and positions is None:
+        raise ValueError("a [batch, queries, keys] attention mask needs explicit positions")
     return key_mask, default_positions(key_mask, cache_index, t) if positions is None else positions
 
 

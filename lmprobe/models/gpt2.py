@@ -144,7 +144,7 @@ class GPT2(nnx.Module):
         windows = self.config.attention_windows()
         kinds = tuple(dict.fromkeys(windows))
         biases = jnp.stack([attention_bias(key_mask, t, causal=True, query_offset=cache_index,
-                                           sliding_window=w) for w in kinds])
+                                           sliding_window=w, positions=positions) for w in kinds])
         per_layer_inputs = (jnp.asarray([kinds.index(w) for w in windows]),
                             jnp.asarray(self.config.attention_scales(), jnp.float32))
 

@@ -131,7 +131,7 @@ class GPTNeoX(nnx.Module):
         h = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
         t = h.shape[1]
         key_mask, positions = mask_and_positions(h, attention_mask, positions, cache_index)
-        bias = attention_bias(key_mask, t, causal=True, query_offset=cache_index)
+        bias = attention_bias(key_mask, t, causal=True, query_offset=cache_index, positions=positions)
         out, per_layer, cache = run_blocks(self.layers, h, bias=bias, positions=positions, cache=cache,
                                            cache_index=cache_index,
                                            output_hidden_states=output_hidden_states)

@@ -201,19 +201,26 @@ def init_cache(num_layers, batch, max_len, kv_heads, head_dim, dtype=jnp.float32
 
 
 def attention_bias(key_mask: Array, num_queries: int, *, causal: bool, query_offset=0,
-                   sliding_window: int | None = None) -> Array:
+                   sliding_window: int | None = None, positions: Array | None = None) -> Array:
     """Additive fp32 bias [B, 1, T, S]: 0 where query slot i may see key slot j, MASKED elsewhere.
 
     Slots index the (padded) sequence; query i sits in slot ``query_offset + i`` (the cache write
-    index when decoding). ``key_mask`` [B, S] marks real (non-padding) keys.
+    index when decoding). ``key_mask`` [B, S] marks real (non-padding) keys; or, [B, T, S], which
+    key each query may see (packed sequences, no cache): then the sliding window is measured in
+    ``positions`` [B, T], not slots.
     """
     q_slot = query_offset + jnp.arange(num_queries)[:, None]
     k_slot = jnp.arange(key_mask.shape[-1])[None, :]
-    allowed = key_mask[:, None, None, :].astype(bool)
+    if key_mask.ndim == 3:
+        allowed = key_mask[:, None].astype(bool)
+        distance = (positions[:, :, None] - positions[:, None, :])[:, None]
+    else:
+        allowed = key_mask[:, None, None, :].astype(bool)
+        distance = q_slot - k_slot
     if causal:
         allowed = allowed & (k_slot <= q_slot)
     if sliding_window is not None:
-        allowed = allowed & (q_slot - k_slot < sliding_window)
+        allowed = allowed & (distance < sliding_window)
     return jnp.where(allowed, 0.0, MASKED).astype(jnp.float32)
 
 

@@ -152,7 +152,7 @@ class OPT(nnx.Module):
         if self.project_in is not None:
             h = self.project_in(h)
         h = h + self.embed_positions(positions + POSITION_OFFSET)
-        bias = attention_bias(key_mask, t, causal=True, query_offset=cache_index)
+        bias = attention_bias(key_mask, t, causal=True, query_offset=cache_index, positions=positions)
         out, per_layer, cache = run_blocks(self.layers, h, bias=bias, positions=positions, cache=cache,
                                            cache_index=cache_index,
                                            output_hidden_states=output_hidden_states)

@@ -52,3 +52,29 @@ def test_sharded_forward_matches_one_device(tmp_path, family):
     for kernel in layer_kernels:  # each of the 8 devices holds a slice, not a copy
         assert len(kernel.sharding.device_set) == 8
         assert all(s.data.size < kernel.size for s in kernel.addressable_shards)
+
+
+def _pairs():
+    rng = np.random.default_rng(1)
+    x = [rng.integers(3, 128, size=n).tolist() for n in (12, 7, 9, 20)]
+    a = [x[0], x[1], x[2], x[3][:5]]
+    b = [x[0][:6] + x[3][:8],  # shared prefix of 6, then different suffixes
+         x[1] + [5, 9, 11],  # a is a prefix of b (x and x + trigger)
+         x[2],  # identical
+         x[0][:3]]  # nothing shared
+    return a, b
+
+
+@pytest.mark.parametrize("family", sorted(f for f in FAMILIES if f not in ("bert", "distilbert")))
+def test_packed_pairs_match_separate_sequences(tmp_path, family):
+    """A shared prefix computed once (and sequences packed side by side) changes no number,
+    with local attention windows (gpt_neo: 4 tokens) measured in positions, not slots."""
+    cls, config = FAMILIES[family]
+    save_random(cls, config, tmp_path)
+    scorer = Scorer(load(str(tmp_path), tokenizer=False).model, batch_size=4)
+    a, b = _pairs()
+    packed_a, packed_b = scorer.score_pairs(a, b)
+    separate = scorer.score(a + b)
+    for got, want in zip(packed_a.token_logprobs + packed_b.token_logprobs, separate.token_logprobs):
+        np.testing.assert_allclose(got, want, atol=2e-5)
+    np.testing.assert_allclose(np.concatenate([packed_a.nll, packed_b.nll]), separate.nll, atol=1e-4)

@@ -182,3 +182,30 @@ def test_apply_returns_rows_in_input_order(tiny_llama_dir):
     np.testing.assert_array_equal(np.asarray(masked_sums), [sum(s) for s in seqs])
     with pytest.raises(LmprobeError, match="no inputs"):
         scorer.apply("masked_sum", lambda model, ids, mask: ids, [])
+
+
+def test_pairs_with_shared_prefixes_match_direct_logits(one):
+    x = SEQS[4]
+    a = [x[:30], x[:20], x[:10], SEQS[1]]
+    b = [x[:12] + SEQS[2], x[:20] + [5, 6], x[:10], SEQS[2]]  # shared prefix, x + trigger, same, none
+    a_pos, b_pos = [[-1, 11, 5]] * 4, [[-1, 11, 5]] * 4
+    a_pos[2] = b_pos[2] = [-1, 9, 5]
+    a_pos[3] = b_pos[3] = [-1, 0, 5]
+    stats = one.next_token_stats(a, a_pos, b, b_pos)
+    for i in range(4):
+        for j in range(3):
+            p = np.exp(log_softmax(_logits(one, a[i])[a_pos[i][j]]))
+            q = np.exp(log_softmax(_logits(one, b[i])[b_pos[i][j]]))
+            assert stats["jsd"][i][j] == pytest.approx(jensenshannon(p, q) ** 2, abs=1e-5)
+            assert stats["entropy_a"][i][j] == pytest.approx(entropy(p), abs=1e-5)
+            assert stats["entropy_b"][i][j] == pytest.approx(entropy(q), abs=1e-5)
+    assert stats["jsd"][2].max() < 1e-6  # identical inputs
+
+
+def test_pairs_too_long_for_one_row_get_a_row_each(tiny_llama_dir):
+    scorer = _scorer(tiny_llama_dir, make_mesh(devices=jax.devices()[:1]), max_length=40)
+    a, b = [SEQS[1][:30], SEQS[1][:5]], [SEQS[1][:10] + SEQS[5][:25], SEQS[1][:5] + [7]]  # 30 + 25 > 40
+    packed = scorer.score_pairs(a, b)
+    separate = scorer.score(a + b)
+    for got, want in zip(packed[0].token_logprobs + packed[1].token_logprobs, separate.token_logprobs):
+        np.testing.assert_allclose(got, want, atol=2e-5)

@@ -7,7 +7,7 @@ without one are skipped). With log(ppl) the mean token NLL in nats:
     normalized  = sensitivity - 1/m sum_i |log ppl(y'_i) - log ppl(y_i)|   (y: a benign corpus)
     percent ppl drops = 1/n sum_i max(sign(log ppl(x_i) - log ppl(x'_i)), 0)
 
-Each pair is scored in one batched call (originals and negations together).
+Each pair is scored in one packed row: the words before the negation are computed once.
 """
 
 from __future__ import annotations
@@ -45,13 +45,12 @@ def log_ppl_deltas(scorer, built: Built, *, progress=no_progress, desc="negation
     """Per pair: log ppl of x and x' and their difference (pairs too short to score are skipped)."""
     records = []
     for _, part in chunks(built.examples, progress, desc):
-        scores = scorer.score([e["text"] for e in part] + [e["negated"] for e in part])
-        n = len(part)
+        original, negated = scorer.score_pairs([e["text"] for e in part], [e["negated"] for e in part])
         for i, e in enumerate(part):
-            if min(scores.num_predicted[i], scores.num_predicted[n + i]) < 1:
+            if min(original.num_predicted[i], negated.num_predicted[i]) < 1:
                 built.skip(TOO_SHORT)
                 continue
-            x, x_neg = float(scores.mean_nll[i]), float(scores.mean_nll[n + i])
+            x, x_neg = float(original.mean_nll[i]), float(negated.mean_nll[i])
             records.append({**e, "log_ppl": x, "log_ppl_negated": x_neg, "delta": x_neg - x})
     return records
 

@@ -1,0 +1,81 @@
+"""Pairs of sequences packed into one row each, their shared prefix computed once.
+
+A pair a = p + sa, b = p + sb (p their longest common prefix) becomes the row [p | sa | sb]:
+sb's tokens take the positions that follow p and see p and themselves, never sa. The pair costs
+|p| + |sa| + |sb| token passes, not 2|p| + |sa| + |sb| (x and x + trigger: |x| + |trigger|; x
+and its negation: everything up to "is" once). Pairs with no common prefix are packed the same
+way (two sequences in one row); a pair whose row would be longer than ``limit`` (the context)
+gets one row per sequence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import jax.numpy as jnp
+import numpy as np
+
+PREFIX, FIRST, SECOND, PADDING = 0, 1, 2, -1
+
+
+@dataclasses.dataclass(frozen=True)
+class Packed:
+    """Rows to run and, for input sequence i (the a's, then the b's), ``row[i]`` and the slot of
+    each of its tokens ``slots[i]``."""
+
+    rows: list[list[int]]
+    segments: list[np.ndarray]  # per row: PREFIX / FIRST / SECOND per token
+    positions: list[np.ndarray]  # per row: position id of each token
+    row: np.ndarray
+    slots: list[np.ndarray]
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
+    return int(diff[0]) if diff.size else n
+
+
+def pack_pairs(a: Sequence[Sequence[int]], b: Sequence[Sequence[int]], limit: int) -> Packed:
+    """Rows for pairs (a[i], b[i]) of token id lists."""
+    rows, segments, positions, row, slots = [], [], [], [], []
+    placed_b = []
+
+    def add(tokens, segment, position):
+        rows.append(list(tokens))
+        segments.append(np.asarray(segment, np.int32))
+        positions.append(np.asarray(position, np.int32))
+        return len(rows) - 1
+
+    for x, y in zip(a, b):
+        c = common_prefix(x, y)
+        sa, sb = len(x) - c, len(y) - c
+        if c + sa + sb <= limit:
+            r = add(list(x) + list(y[c:]), [PREFIX] * c + [FIRST] * sa + [SECOND] * sb,
+                    list(range(len(x))) + list(range(c, len(y))))
+            row.append(r)
+            slots.append(np.arange(len(x)))
+            placed_b.append((r, np.concatenate([np.arange(c), len(x) + np.arange(sb)])))
+        else:
+            row.append(add(x, [PREFIX] * len(x), range(len(x))))
+            slots.append(np.arange(len(x)))
+            placed_b.append((add(y, [PREFIX] * len(y), range(len(y))), np.arange(len(y))))
+    row += [r for r, _ in placed_b]
+    slots += [s.astype(np.int64) for _, s in placed_b]
+    return Packed(rows, segments, positions, np.asarray(row, np.int64), slots)
+
+
+def padded(values: list[np.ndarray], indices, shape, fill) -> np.ndarray:
+    """Per-row arrays of the rows ``indices`` in a [rows, length] array (right padding)."""
+    out = np.full(shape, fill, np.int32)
+    for r, i in enumerate(indices):
+        out[r, :len(values[i])] = values[i]
+    return out
+
+
+def visibility(segments):
+    """[B, T, T] which key slot each query slot may see: earlier (or the same) slots of the prefix
+    or of its own segment; padding sees nothing and is never seen (causality is the model's)."""
+    q, k = segments[:, :, None], segments[:, None, :]
+    return (k != PADDING) & (q != PADDING) & ((k == PREFIX) | (k == q))
