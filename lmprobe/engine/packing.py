@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-import jax.numpy as jnp
 import numpy as np
 
 PREFIX, FIRST, SECOND, PADDING = 0, 1, 2, -1
@@ -37,33 +36,33 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return int(diff[0]) if diff.size else n
 
 
-def pack_pairs(a: Sequence[Sequence[int]], b: Sequence[Sequence[int]], limit: int) -> Packed:
-    """Rows for pairs (a[i], b[i]) of token id lists."""
-    rows, segments, positions, row, slots = [], [], [], [], []
-    placed_b = []
+def pack_pairs(a: Sequence[Sequence[int] | None], b: Sequence[Sequence[int] | None], limit: int) -> Packed:
+    """Rows for pairs (a[i], b[i]) of token id lists; a None needs no row (its ``row`` is -1)."""
+    rows, segments, positions = [], [], []
+    placed_a, placed_b = [], []
 
-    def add(tokens, segment, position):
-        rows.append(list(tokens))
-        segments.append(np.asarray(segment, np.int32))
-        positions.append(np.asarray(position, np.int32))
-        return len(rows) - 1
+    def alone(x):
+        if x is None:
+            return -1, np.zeros(0, np.int64)
+        rows.append(list(x))
+        segments.append(np.full(len(x), PREFIX, np.int32))
+        positions.append(np.arange(len(x), dtype=np.int32))
+        return len(rows) - 1, np.arange(len(x))
 
     for x, y in zip(a, b):
-        c = common_prefix(x, y)
-        sa, sb = len(x) - c, len(y) - c
-        if c + sa + sb <= limit:
-            r = add(list(x) + list(y[c:]), [PREFIX] * c + [FIRST] * sa + [SECOND] * sb,
-                    list(range(len(x))) + list(range(c, len(y))))
-            row.append(r)
-            slots.append(np.arange(len(x)))
-            placed_b.append((r, np.concatenate([np.arange(c), len(x) + np.arange(sb)])))
-        else:
-            row.append(add(x, [PREFIX] * len(x), range(len(x))))
-            slots.append(np.arange(len(x)))
-            placed_b.append((add(y, [PREFIX] * len(y), range(len(y))), np.arange(len(y))))
-    row += [r for r, _ in placed_b]
-    slots += [s.astype(np.int64) for _, s in placed_b]
-    return Packed(rows, segments, positions, np.asarray(row, np.int64), slots)
+        c = 0 if x is None or y is None else common_prefix(x, y)
+        if x is None or y is None or len(x) + len(y) - c > limit:
+            placed_a.append(alone(x))
+            placed_b.append(alone(y))
+            continue
+        rows.append(list(x) + list(y[c:]))
+        segments.append(np.asarray([PREFIX] * c + [FIRST] * (len(x) - c) + [SECOND] * (len(y) - c), np.int32))
+        positions.append(np.asarray(list(range(len(x))) + list(range(c, len(y))), np.int32))
+        placed_a.append((len(rows) - 1, np.arange(len(x))))
+        placed_b.append((len(rows) - 1, np.concatenate([np.arange(c), len(x) + np.arange(len(y) - c)])))
+    placed = placed_a + placed_b
+    return Packed(rows, segments, positions, np.asarray([r for r, _ in placed], np.int64),
+                  [s for _, s in placed])
 
 
 def padded(values: list[np.ndarray], indices, shape, fill) -> np.ndarray:

@@ -51,6 +51,24 @@ class Scores:
         return self.nll / np.maximum(self.num_predicted, 1)
 
 
+class HiddenMemo:
+    """Final hidden states by (token ids, position), read and filled by ``next_token_stats``:
+    metrics that compare the same sentences with different partners run each sentence once.
+    Valid for one model only."""
+
+    def __init__(self):
+        self._states: dict[tuple[int, ...], dict[int, np.ndarray]] = {}
+
+    def get(self, ids, positions) -> np.ndarray | None:
+        known = self._states.get(tuple(ids), {})
+        return np.stack([known[p] for p in positions]) if all(p in known for p in positions) else None
+
+    def put(self, ids, positions, hidden) -> None:
+        row = self._states.setdefault(tuple(ids), {})
+        for p, h in zip(positions, hidden):
+            row[p] = np.array(h)
+
+
 class Scorer:
     """A model, its tokenizer and a mesh, with jitted entry points for every method."""
 
@@ -205,8 +223,8 @@ class Scorer:
         return (padded(packed.segments, batch.indices, batch.shape, PADDING),
                 padded(packed.positions, batch.indices, batch.shape, 0))
 
-    def next_token_stats(self, a, a_positions, b, b_positions, *, token_set=None,
-                         top_k: int = 0) -> dict[str, list[np.ndarray]]:
+    def next_token_stats(self, a, a_positions, b, b_positions, *, token_set=None, top_k: int = 0,
+                         memo: HiddenMemo | None = None) -> dict[str, list[np.ndarray]]:
         """Compare next-token distributions of paired inputs at chosen positions.
 
         Position t of an input is the distribution of the token after token t (negative t counts
@@ -216,6 +234,8 @@ class Scorer:
         token ids) when given; 'topk_a', 'topk_b' ids and 'topk_logp_a', 'topk_logp_b' when
         top_k > 0. The LM head runs only at these positions, on device. Each pair runs as one
         packed row (lmprobe.engine.packing): tokens a[i] and b[i] share at the start run once.
+        With a ``memo``, inputs whose hidden states at these positions it holds are not run again,
+        and what runs is added to it.
         """
         self._require_decoder("next_token_stats")
         if not (len(a) == len(b) == len(a_positions) == len(b_positions)):
@@ -229,8 +249,13 @@ class Scorer:
         positions = [_absolute(p, len(s), i) for i, (s, p) in
                      enumerate(zip(seqs, list(a_positions) + list(b_positions)))]
         n = len(a)
-        packed = pack_pairs(seqs[:n], seqs[n:], self.max_length)
-        hidden = self._hidden_at(packed, positions)  # [2N, P, D] on host, P = padded max positions
+        known = [None if memo is None else memo.get(s, p) for s, p in zip(seqs, positions)]
+        todo = [s if k is None else None for s, k in zip(seqs, known)]
+        hidden = self._hidden_at(pack_pairs(todo[:n], todo[n:], self.max_length), positions, known)
+        if memo is not None:
+            for s, p, k, h in zip(seqs, positions, known, hidden):
+                if k is None:
+                    memo.put(s, p, h[:len(p)])
         width = hidden.shape[1]
         valid = np.zeros((n, width), bool)
         for i, c in enumerate(counts):
@@ -251,15 +276,21 @@ class Scorer:
                     results[key].append(value[r, :counts[i]])
         return dict(results)
 
-    def _hidden_at(self, packed: Packed, positions) -> np.ndarray:
-        """Final hidden states of each packed sequence at its positions, [N, P, D], P a power of
-        two >= the most positions asked of one sequence."""
+    def _hidden_at(self, packed: Packed, positions, known) -> np.ndarray:
+        """Final hidden states of each sequence at its positions, [N, P, D] (P a power of two >=
+        the most positions asked of one sequence): ``known[i]`` where given, else from its row."""
         width = 1 << max(0, (max(len(p) for p in positions) - 1).bit_length())
+        hidden = np.zeros((len(positions), width, self._hidden_size()), np.float32)
         asked = [[] for _ in packed.rows]  # per row: the slots its sequences ask for, in order
         offset = np.zeros(len(positions), np.int64)
         for i, p in enumerate(positions):
-            offset[i] = len(asked[packed.row[i]])
-            asked[packed.row[i]] += packed.slots[i][p].tolist()
+            if known[i] is not None:
+                hidden[i, :len(p)] = known[i]
+            else:
+                offset[i] = len(asked[packed.row[i]])
+                asked[packed.row[i]] += packed.slots[i][p].tolist()
+        if not packed.rows:
+            return hidden
         row_width = 1 << max(0, (max(map(len, asked)) - 1).bit_length())
         step = self._jit("hidden_at", _packed_hidden_at)
         per_row = [None] * len(packed.rows)
@@ -268,9 +299,9 @@ class Scorer:
             out = np.asarray(step(*self._put(batch.ids, *self._packing(packed, batch), gather)))
             for r, i in enumerate(batch.indices):
                 per_row[i] = out[r]
-        hidden = np.zeros((len(positions), width, per_row[0].shape[-1]), per_row[0].dtype)
         for i, p in enumerate(positions):
-            hidden[i, :len(p)] = per_row[packed.row[i]][offset[i]:offset[i] + len(p)]
+            if known[i] is None:
+                hidden[i, :len(p)] = per_row[packed.row[i]][offset[i]:offset[i] + len(p)]
         return hidden
 
     # ------------------------------------------------------------------ embeddings

@@ -9,7 +9,7 @@ from scipy.special import log_softmax
 from scipy.stats import entropy
 
 from lmprobe.checkpoints import load
-from lmprobe.engine import Scorer, make_mesh, placement
+from lmprobe.engine import HiddenMemo, Scorer, make_mesh, placement
 from lmprobe.engine.batching import LENGTH_BUCKETS
 from lmprobe.engine.generation import sample
 from lmprobe.errors import LmprobeError
@@ -209,3 +209,20 @@ def test_pairs_too_long_for_one_row_get_a_row_each(tiny_llama_dir):
     separate = scorer.score(a + b)
     for got, want in zip(packed[0].token_logprobs + packed[1].token_logprobs, separate.token_logprobs):
         np.testing.assert_allclose(got, want, atol=2e-5)
+
+
+def test_memo_runs_each_input_once(one):
+    memo, last = HiddenMemo(), [[-1]] * 3
+    a, b, c = SEQS[:3], SEQS[3:6], SEQS[6:9]
+    one.next_token_stats(a, last, b, last, memo=memo)
+    ran = []
+    batches = one._batches
+    one._batches = lambda seqs, **kwargs: ran.append([tuple(s) for s in seqs]) or batches(seqs, **kwargs)
+    try:
+        second = one.next_token_stats(a, last, c, last, memo=memo)
+    finally:
+        del one._batches
+    assert sorted(ran[0]) == sorted(tuple(s) for s in c)  # the a's came from the memo
+    fresh = one.next_token_stats(a, last, c, last)
+    for key in ("jsd", "entropy_a", "entropy_b"):
+        np.testing.assert_allclose(np.concatenate(second[key]), np.concatenate(fresh[key]), atol=1e-6)

@@ -2,8 +2,10 @@
 transformations of the user's own corpus (Eq. 1: SCORE = A{M(f(x), f(x')) for (x, x') in X}).
 
     corpus -> sentences / paragraphs -> (x, x') pairs per metric (lmprobe.perturb)
-    -> each pair scored in one batched engine call: log-perplexities (negation), next-token
-       JSD / entropy / profane-token mass at chosen positions, on device; seeded generation
+    -> each pair scored as one packed row (the tokens x and x' share at the start run once):
+       log-perplexities (negation), next-token JSD / entropy / profane-token mass at chosen
+       positions, on device; seeded generation. Within a run, a sentence that several metrics
+       compare (toxicity, word order, tokenization, entropy) runs once (engine.HiddenMemo)
     -> per-example records, mean (or median) and standard error, skipped sentences and why
 
 Metrics (one module per family): negation (knowledge.py, Sec. 4), toxicity (toxicity.py,
@@ -21,6 +23,7 @@ import os
 import time
 from collections.abc import Callable
 
+from lmprobe.engine import HiddenMemo
 from lmprobe.errors import LmprobeError
 from lmprobe.methods.byod import knowledge, long_range, next_token, toxicity
 from lmprobe.methods.byod.common import MetricResult, no_progress, shuffled
@@ -102,19 +105,21 @@ def run(scorer, corpus, config: Config, *, model_name: str, benign=None, profani
     paragraphs = shuffled(corpus.paragraphs, config.seed)
     benign_sentences = shuffled(benign.sentences, config.seed) if benign is not None else None
     limit, seed = config.max_examples, config.seed
+    memo = HiddenMemo()  # the sentence metrics share their original sentences' hidden states
     jobs = {
         "negation": lambda: knowledge.negation(scorer, sentences, benign_sentences, limit=limit, progress=progress),
         "toxicity": lambda: toxicity.toxicity(
             scorer, sentences, _require(profanity, "toxicity needs a profanity list"), trigger=config.trigger,
             limit=limit, max_new_tokens=config.max_new_tokens, temperature=config.temperature,
-            top_k=config.top_k, top_p=config.top_p, seed=seed, generate=config.generate, progress=progress),
+            top_k=config.top_k, top_p=config.top_p, seed=seed, generate=config.generate, progress=progress,
+            memo=memo),
         "long_range": lambda: _ablation("k", config.k_long_range, lambda k: long_range.long_range(
             scorer, paragraphs, k=k, limit=limit, seed=seed, progress=progress)),
         "word_order": lambda: _ablation("n_swaps", config.n_swaps, lambda n: next_token.word_order(
-            scorer, sentences, n_swaps=n, limit=limit, seed=seed, progress=progress)),
+            scorer, sentences, n_swaps=n, limit=limit, seed=seed, progress=progress, memo=memo)),
         "tokenization": lambda: _ablation("chop", config.chop, lambda k: next_token.tokenization(
-            scorer, sentences, chop=k, limit=limit, progress=progress)),
-        "entropy": lambda: next_token.entropy(scorer, sentences, limit=limit, progress=progress),
+            scorer, sentences, chop=k, limit=limit, progress=progress, memo=memo)),
+        "entropy": lambda: next_token.entropy(scorer, sentences, limit=limit, progress=progress, memo=memo),
     }
     common = {"model": model_name, "corpus": _fingerprint(corpus), "limit": limit, "seed": seed,
               "version": CACHE_VERSION}

@@ -33,13 +33,14 @@ TOO_LONG = "chopped tokenization longer than the model's context"
 LAST = [-1]
 
 
-def _last_token_jsd(scorer, built: Built, a_key: str, b_key: str, progress, desc: str) -> list[float]:
-    stats = paired_stats(scorer, [(e[a_key], LAST, e[b_key], LAST) for e in built.examples], progress, desc)
+def _last_token_jsd(scorer, built: Built, a_key: str, b_key: str, progress, desc: str, memo) -> list[float]:
+    stats = paired_stats(scorer, [(e[a_key], LAST, e[b_key], LAST) for e in built.examples], progress, desc,
+                         memo=memo)
     return [float(s["jsd"][0]) for s in stats]
 
 
 def word_order(scorer, sentences, *, n_swaps: int = 1, limit: int | None = 1000, seed: int = 0,
-               progress=no_progress) -> MetricResult:
+               progress=no_progress, memo=None) -> MetricResult:
     """Median JSD after the last token between a sentence and its n-swap version."""
     def make(item, built):
         index, sentence = item
@@ -49,7 +50,7 @@ def word_order(scorer, sentences, *, n_swaps: int = 1, limit: int | None = 1000,
         return {"text": sentence, "swapped": swapped}
 
     built = take(enumerate(sentences), limit, make)
-    jsd = _last_token_jsd(scorer, built, "text", "swapped", progress, f"word order ({n_swaps} swaps)")
+    jsd = _last_token_jsd(scorer, built, "text", "swapped", progress, f"word order ({n_swaps} swaps)", memo)
     records = [{**e, "jsd": j} for e, j in zip(built.examples, jsd)]
     median, median_se = median_stderr(jsd, seed)
     mean, mean_se = mean_stderr(jsd)
@@ -59,7 +60,7 @@ def word_order(scorer, sentences, *, n_swaps: int = 1, limit: int | None = 1000,
 
 
 def tokenization(scorer, sentences, *, chop: int = 5, limit: int | None = 1000,
-                 progress=no_progress) -> MetricResult:
+                 progress=no_progress, memo=None) -> MetricResult:
     """Mean JSD after the last token between the normal and the chopped tokenization."""
     tokenizer = scorer.tokenizer
 
@@ -73,13 +74,13 @@ def tokenization(scorer, sentences, *, chop: int = 5, limit: int | None = 1000,
         return {"text": sentence, "ids": ids, "chopped_ids": chopped, "same_ids": ids == chopped}
 
     built = take(sentences, limit, make)
-    jsd = _last_token_jsd(scorer, built, "ids", "chopped_ids", progress, f"tokenization (chop {chop})")
+    jsd = _last_token_jsd(scorer, built, "ids", "chopped_ids", progress, f"tokenization (chop {chop})", memo)
     records = [{"text": e["text"], "tokens": len(e["ids"]), "chopped_tokens": len(e["chopped_ids"]),
                 "same_ids": e["same_ids"], "jsd": j} for e, j in zip(built.examples, jsd)]
     return result("tokenization", jsd, built, records, chop=chop)
 
 
-def entropy(scorer, sentences, *, limit: int | None = 1000, progress=no_progress) -> MetricResult:
+def entropy(scorer, sentences, *, limit: int | None = 1000, progress=no_progress, memo=None) -> MetricResult:
     """Mean next-token entropy after a sentence (score) and mean sentence entropy, in nats."""
     def make(sentence, built):
         ids = scorer.encode([sentence])[0]
@@ -88,7 +89,7 @@ def entropy(scorer, sentences, *, limit: int | None = 1000, progress=no_progress
         return {"text": sentence, "ids": ids}
 
     built = take(sentences, limit, make)
-    entropies = _entropies(scorer, [e["ids"] for e in built.examples], progress)
+    entropies = _entropies(scorer, [e["ids"] for e in built.examples], progress, memo)
     records = [{"text": e["text"], "tokens": len(e["ids"]), "next_token_entropy": float(h[-1]),
                 "sentence_entropy": float(h[:-1].mean())} for e, h in zip(built.examples, entropies)]
     sentence, sentence_se = mean_stderr([r["sentence_entropy"] for r in records])
@@ -96,7 +97,7 @@ def entropy(scorer, sentences, *, limit: int | None = 1000, progress=no_progress
                   sentence_entropy=sentence, sentence_entropy_stderr=sentence_se)
 
 
-def _entropies(scorer, seqs: list[list[int]], progress) -> list:
+def _entropies(scorer, seqs: list[list[int]], progress, memo) -> list:
     """Next-token entropy at every position of each sequence.
 
     next_token_stats compares pairs, and entropy needs no partner: sequences of similar length
@@ -111,7 +112,7 @@ def _entropies(scorer, seqs: list[list[int]], progress) -> list:
         width = max(len(seqs[i]), len(seqs[j]))
         pairs.append((seqs[i], _padded(len(seqs[i]), width), seqs[j], _padded(len(seqs[j]), width)))
     out = [None] * len(seqs)
-    for (i, j), stats in zip(couples, paired_stats(scorer, pairs, progress, "entropy")):
+    for (i, j), stats in zip(couples, paired_stats(scorer, pairs, progress, "entropy", memo=memo)):
         out[i], out[j] = stats["entropy_a"][:len(seqs[i])], stats["entropy_b"][:len(seqs[j])]
     return out
 

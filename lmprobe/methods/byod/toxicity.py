@@ -44,7 +44,7 @@ def build(sentences, trigger: str, limit: int | None) -> Built:
 
 def toxicity(scorer, sentences, profanity, *, trigger: str, limit: int | None = 1000,
              max_new_tokens: int = 20, temperature: float = 1.0, top_k: int = 50, top_p: float = 1.0,
-             seed: int = 0, generate: bool = True, progress=no_progress) -> MetricResult:
+             seed: int = 0, generate: bool = True, progress=no_progress, memo=None) -> MetricResult:
     """Both toxicity scores over the first ``limit`` usable sentences."""
     profane_ids = sorted(set(profanity.token_ids(scorer.tokenizer)))
     if not profane_ids:
@@ -53,7 +53,7 @@ def toxicity(scorer, sentences, profanity, *, trigger: str, limit: int | None = 
     built = build(sentences, trigger, limit)
     examples = built.examples
     stats = paired_stats(scorer, [(e["text"], [-1], e["triggered"], [-1]) for e in examples], progress,
-                         "toxicity (next-token mass)", token_set=profane_ids)
+                         "toxicity (next-token mass)", token_set=profane_ids, memo=memo)
     outputs = [None] * len(examples)
     if generate:
         for start, part in chunks(examples, progress, "toxicity (generation)"):
