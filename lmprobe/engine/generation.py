@@ -34,8 +34,9 @@ def sample(key, logits, temperature, top_k: int, top_p):
 
 
 def generate(model, ids, mask, index, seed, temperature, top_p, eos, *, max_new_tokens: int,
-             top_k: int, greedy: bool):
-    """New tokens [B, max_new_tokens] after left-padded prompts ``ids``; rows that stopped repeat EOS."""
+             top_k: int, greedy: bool, prompt_hidden: bool = False):
+    """New tokens [B, max_new_tokens] after left-padded prompts ``ids``; rows that stopped repeat
+    EOS. With ``prompt_hidden``, also the prompts' final hidden states [B, T, D]."""
     batch, prompt = ids.shape
     row_keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(seed), i))(jnp.maximum(index, 0))
 
@@ -65,4 +66,5 @@ def generate(model, ids, mask, index, seed, temperature, top_p, eos, *, max_new_
         return step + 1, pick(model.logits(out.last_hidden_state[:, 0]), step + 1), out.cache, slots, done, tokens
 
     state = (jnp.int32(0), first, out.cache, slots, done, tokens)
-    return jax.lax.while_loop(cond, body, state)[-1]
+    tokens = jax.lax.while_loop(cond, body, state)[-1]
+    return (tokens, out.last_hidden_state) if prompt_hidden else tokens

@@ -52,21 +52,22 @@ class Scores:
 
 
 class HiddenMemo:
-    """Final hidden states by (token ids, position), read and filled by ``next_token_stats``:
-    metrics that compare the same sentences with different partners run each sentence once.
-    Valid for one model only."""
+    """Final hidden states by the tokens they follow: position p of ids is stored under ids[:p+1]
+    (all a causal model's state there depends on), so a sentence is found inside any longer text
+    that starts with it. ``generate`` fills it with its prompts' states, ``next_token_stats``
+    reads and fills it: BYOD's metrics compare the same sentences with different partners, and
+    each sentence runs once. Valid for one model only."""
 
     def __init__(self):
-        self._states: dict[tuple[int, ...], dict[int, np.ndarray]] = {}
+        self._states: dict[tuple[int, ...], np.ndarray] = {}
 
     def get(self, ids, positions) -> np.ndarray | None:
-        known = self._states.get(tuple(ids), {})
-        return np.stack([known[p] for p in positions]) if all(p in known for p in positions) else None
+        keys = [tuple(ids[:p + 1]) for p in positions]
+        return np.stack([self._states[k] for k in keys]) if all(k in self._states for k in keys) else None
 
     def put(self, ids, positions, hidden) -> None:
-        row = self._states.setdefault(tuple(ids), {})
         for p, h in zip(positions, hidden):
-            row[p] = np.array(h)
+            self._states[tuple(ids[:p + 1])] = np.array(h)
 
 
 class Scorer:
@@ -256,25 +257,22 @@ class Scorer:
             for s, p, k, h in zip(seqs, positions, known, hidden):
                 if k is None:
                     memo.put(s, p, h[:len(p)])
-        width = hidden.shape[1]
-        valid = np.zeros((n, width), bool)
-        for i, c in enumerate(counts):
-            valid[i, :c] = True
+        # Positions are independent: all of them in one flat list, the head in blocks of equal size.
+        flat_a = np.concatenate([hidden[i, :c] for i, c in enumerate(counts)])
+        flat_b = np.concatenate([hidden[n + i, :c] for i, c in enumerate(counts)])
         mask = np.zeros(self.vocab_size, bool)
         if token_set is not None:
             mask[np.asarray(token_set, np.int64)] = True
         step = self._jit("pair_stats", _pair_stats, top_k=top_k, with_mass=token_set is not None)
-        rows = self._rows(self.batch_size // max(1, width // 8))
+        block, total = self._rows(8 * self.batch_size), len(flat_a)
         results = collections.defaultdict(list)
-        for start in range(0, n, rows):
-            idx = np.arange(start, start + rows)
-            take = np.minimum(idx, n - 1)  # pad the last chunk with repeats, dropped below
-            out = step(*self._put(hidden[take], hidden[n + take]), jnp.asarray(mask))
+        for start in range(0, total, block):
+            take = np.minimum(np.arange(start, start + block), total - 1)  # repeats, dropped below
+            out = step(*self._put(flat_a[take], flat_b[take]), jnp.asarray(mask))
             for key, value in out.items():
-                value = np.asarray(value)
-                for r, i in enumerate(idx[idx < n]):
-                    results[key].append(value[r, :counts[i]])
-        return dict(results)
+                results[key].append(np.asarray(value)[:min(block, total - start)])
+        splits = np.cumsum(counts)[:-1]
+        return {key: np.split(np.concatenate(parts), splits) for key, parts in results.items()}
 
     def _hidden_at(self, packed: Packed, positions, known) -> np.ndarray:
         """Final hidden states of each sequence at its positions, [N, P, D] (P a power of two >=
@@ -364,12 +362,13 @@ class Scorer:
 
     def generate(self, prompts, *, max_new_tokens: int = 20, temperature: float = 0.0,
                  top_k: int = 0, top_p: float = 1.0, seed: int = 0, eos_id: int | None = None,
-                 decode: bool = True) -> list:
+                 decode: bool = True, memo: HiddenMemo | None = None) -> list:
         """Continuations of each prompt: greedy (temperature 0) or sampled, KV-cached.
 
         Stops at ``eos_id`` (the tokenizer's by default) or after max_new_tokens. Sampling is
         seeded per prompt (its index), so a prompt gets the same continuation whatever the
-        batch size. Returns texts (decode=True) or id lists, without the prompt.
+        batch size. Returns texts (decode=True) or id lists, without the prompt. A ``memo``
+        receives the prompts' final hidden states at every position (the prefill computes them).
         """
         self._require_decoder("generate")
         room = self.max_length - max_new_tokens
@@ -387,12 +386,17 @@ class Scorer:
         per_batch = []
         for batch in batches:
             step = self._jit("generate", generation.generate, max_new_tokens=max_new_tokens,
-                             top_k=top_k, greedy=temperature <= 0)
+                             top_k=top_k, greedy=temperature <= 0, prompt_hidden=memo is not None)
             index = np.full(batch.shape[0], -1, np.int32)
             index[:len(batch.indices)] = batch.indices
-            tokens = np.asarray(step(*self._put(batch.ids, batch.mask, index), jnp.uint32(seed),
-                                     jnp.float32(max(temperature, 1e-6)), jnp.float32(top_p), jnp.int32(eos)))
-            per_batch.append([_until_eos(row, eos) for row in tokens])
+            out = step(*self._put(batch.ids, batch.mask, index), jnp.uint32(seed),
+                       jnp.float32(max(temperature, 1e-6)), jnp.float32(top_p), jnp.int32(eos))
+            if memo is not None:
+                out, hidden = out[0], np.asarray(out[1])
+                for row, n in enumerate(batch.lengths):  # left padding: the prompt ends the row
+                    seq = seqs[batch.indices[row]]
+                    memo.put(seq, range(n), hidden[row, batch.shape[1] - n:])
+            per_batch.append([_until_eos(row, eos) for row in np.asarray(out)])
         outputs = restore(batches, per_batch, len(seqs))
         if decode and self.tokenizer is not None:
             return [self.tokenizer.decode(o) for o in outputs]

@@ -226,3 +226,22 @@ def test_memo_runs_each_input_once(one):
     fresh = one.next_token_stats(a, last, c, last)
     for key in ("jsd", "entropy_a", "entropy_b"):
         np.testing.assert_allclose(np.concatenate(second[key]), np.concatenate(fresh[key]), atol=1e-6)
+
+
+def test_generation_prefill_fills_the_memo(one):
+    """Prompt states from the generation prefill serve later queries, the prompts' own prefixes too."""
+    memo = HiddenMemo()
+    prompts = SEQS[1:4]
+    one.generate(prompts, max_new_tokens=3, memo=memo)
+    a = [p[:len(p) // 2 + 1] for p in prompts]  # prefixes of the prompts, asked at their last token
+    ran = []
+    batches = one._batches
+    one._batches = lambda seqs, **kwargs: ran.append(seqs) or batches(seqs, **kwargs)
+    try:
+        cached = one.next_token_stats(a, [[-1, 0]] * 3, prompts, [[-1, 1]] * 3, memo=memo)
+    finally:
+        del one._batches
+    assert ran == []
+    fresh = one.next_token_stats(a, [[-1, 0]] * 3, prompts, [[-1, 1]] * 3)
+    for key in ("jsd", "entropy_a", "entropy_b"):
+        np.testing.assert_allclose(np.concatenate(cached[key]), np.concatenate(fresh[key]), atol=1e-5)

@@ -52,15 +52,15 @@ def toxicity(scorer, sentences, profanity, *, trigger: str, limit: int | None = 
                            "vocabulary: pass a list in the model's language (--profanity=PATH)")
     built = build(sentences, trigger, limit)
     examples = built.examples
-    stats = paired_stats(scorer, [(e["text"], [-1], e["triggered"], [-1]) for e in examples], progress,
-                         "toxicity (next-token mass)", token_set=profane_ids, memo=memo)
     outputs = [None] * len(examples)
-    if generate:
+    if generate:  # first: the prefill's hidden states of x + trigger (and so of x) go to the memo
         for start, part in chunks(examples, progress, "toxicity (generation)"):
             # one seed per chunk (chunks have a fixed size): distinct streams across chunks
             outputs[start:start + len(part)] = scorer.generate(
                 [e["triggered"] for e in part], max_new_tokens=max_new_tokens, temperature=temperature,
-                top_k=top_k, top_p=top_p, seed=seed * 1_000_003 + start // CHUNK)
+                top_k=top_k, top_p=top_p, seed=seed * 1_000_003 + start // CHUNK, memo=memo)
+    stats = paired_stats(scorer, [(e["text"], [-1], e["triggered"], [-1]) for e in examples], progress,
+                         "toxicity (next-token mass)", token_set=profane_ids, memo=memo)
     records = []
     for e, s, out in zip(examples, stats, outputs):
         mass_x, mass_t = float(s["mass_a"][0]), float(s["mass_b"][0])
