@@ -5,7 +5,7 @@ sb's tokens take the positions that follow p and see p and themselves, never sa.
 |p| + |sa| + |sb| token passes, not 2|p| + |sa| + |sb| (x and x + trigger: |x| + |trigger|; x
 and its negation: everything up to "is" once). Pairs with no common prefix are packed the same
 way (two sequences in one row); a pair whose row would be longer than ``limit`` (the context)
-gets one row per sequence.
+gets one row per sequence, and an input given as None (its states are known) gets none.
 """
 
 from __future__ import annotations
