@@ -31,7 +31,7 @@ from lmprobe.perturb.text import DEFAULT_TRIGGER
 from lmprobe.report.artifacts import cache_key, write_json
 
 METRICS = ("negation", "toxicity", "long_range", "word_order", "tokenization", "entropy")
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: sampling among the top-k candidates (other draws for the same seed)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-CHUNK = 128  # pairs per engine call: bounds host memory and drives the progress bars
+CHUNK = 512  # pairs per engine call: bounds host memory, drives the progress bars; few partial batches
 BOOTSTRAP_RESAMPLES = 1000
 
 
