@@ -256,10 +256,9 @@ class Scorer:
         if memo is not None:
             for s, p, k, h in zip(seqs, positions, known, hidden):
                 if k is None:
-                    memo.put(s, p, h[:len(p)])
+                    memo.put(s, p, h)
         # Positions are independent: all of them in one flat list, the head in blocks of equal size.
-        flat_a = np.concatenate([hidden[i, :c] for i, c in enumerate(counts)])
-        flat_b = np.concatenate([hidden[n + i, :c] for i, c in enumerate(counts)])
+        flat_a, flat_b = np.concatenate(hidden[:n]), np.concatenate(hidden[n:])
         mask = np.zeros(self.vocab_size, bool)
         if token_set is not None:
             mask[np.asarray(token_set, np.int64)] = True
@@ -274,17 +273,14 @@ class Scorer:
         splits = np.cumsum(counts)[:-1]
         return {key: np.split(np.concatenate(parts), splits) for key, parts in results.items()}
 
-    def _hidden_at(self, packed: Packed, positions, known) -> np.ndarray:
-        """Final hidden states of each sequence at its positions, [N, P, D] (P a power of two >=
-        the most positions asked of one sequence): ``known[i]`` where given, else from its row."""
-        width = 1 << max(0, (max(len(p) for p in positions) - 1).bit_length())
-        hidden = np.zeros((len(positions), width, self._hidden_size()), np.float32)
+    def _hidden_at(self, packed: Packed, positions, known) -> list[np.ndarray]:
+        """Final hidden states of each sequence at its positions, [len(positions[i]), D] each:
+        ``known[i]`` where given, else from its packed row."""
+        hidden = list(known)
         asked = [[] for _ in packed.rows]  # per row: the slots its sequences ask for, in order
         offset = np.zeros(len(positions), np.int64)
         for i, p in enumerate(positions):
-            if known[i] is not None:
-                hidden[i, :len(p)] = known[i]
-            else:
+            if known[i] is None:
                 offset[i] = len(asked[packed.row[i]])
                 asked[packed.row[i]] += packed.slots[i][p].tolist()
         if not packed.rows:
@@ -299,7 +295,7 @@ class Scorer:
                 per_row[i] = out[r]
         for i, p in enumerate(positions):
             if known[i] is None:
-                hidden[i, :len(p)] = per_row[packed.row[i]][offset[i]:offset[i] + len(p)]
+                hidden[i] = per_row[packed.row[i]][offset[i]:offset[i] + len(p)]
         return hidden
 
     # ------------------------------------------------------------------ embeddings
