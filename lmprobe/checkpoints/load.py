@@ -2,8 +2,9 @@
 
 The model is first built abstractly (no memory); each parameter is then read from the
 checkpoint under the HF name its family's table gives, checked against the expected shape,
-cast, and placed (by default on the default device; the engine passes a placement that puts
-each parameter straight onto its sharding).
+transposed, split out of a fused q/k/v tensor, reshaped (HF's heads*head_dim is our
+[heads, head_dim]), cast, and placed (by default on the default device; the engine passes a
+placement that puts each parameter straight onto its sharding).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import numpy as np
 from flax import nnx
 
 from lmprobe.errors import CheckpointError
-from lmprobe.models import Family, family_for
+from lmprobe.models import HF, Family, family_for
+from lmprobe.models.axes import HEAD_DIM, HEADS, KV_HEADS
 
 Placement = Callable[[np.ndarray, tuple], jax.Array]
 
@@ -62,36 +64,57 @@ def build(family: Family, hf_config: dict, tensors, *, dtype=jnp.float32, param_
         key = ".".join(map(str, path))
         if key not in family.hf_params:
             raise AssertionError(f"{family.name}: parameter {key} has no entry in the HF name table")
-        want = tuple(var.get_value().shape)
-        array = _read(family, family.hf_params[key], tensors, available, want, where)
-        var.set_value(place(array.astype(param_dtype), tuple(var.get_metadata()["axes"])))
+        want, axes = tuple(var.get_value().shape), tuple(var.get_metadata()["axes"])
+        array = _read(family, family.hf_params[key], tensors, available, want, axes, where)
+        var.set_value(place(array.astype(param_dtype), axes))
     return nnx.merge(graphdef, state), cfg
 
 
-def _read(family: Family, rule, tensors, available: set[str], want: tuple, where: str) -> np.ndarray:
+def _read(family: Family, rule: HF, tensors, available: set[str], want: tuple, axes: tuple,
+          where: str) -> np.ndarray:
     """The tensor for one parameter (stacked over layers when its name has ``{i}``), checked."""
     if "{i}" in rule.name:
-        parts = [_read_one(family, rule.name.format(i=i), rule.transpose, tensors, available, want[1:], where)
-                 for i in range(want[0])]
+        parts = [_read_one(family, rule._replace(name=rule.name.format(i=i)), tensors, available, want[1:],
+                           axes[1:], where) for i in range(want[0])]
         return np.stack(parts)
-    return _read_one(family, rule.name, rule.transpose, tensors, available, want, where)
+    return _read_one(family, rule, tensors, available, want, axes, where)
 
 
-def _read_one(family, name, transpose, tensors, available, want, where) -> np.ndarray:
-    found = _find(name, family.base_prefix, available)
+def _read_one(family, rule: HF, tensors, available, want, axes, where) -> np.ndarray:
+    found = _find(rule.name, family.base_prefix, available)
     if found is None:
         raise CheckpointError(
-            f"tensor {name!r} is missing from {where} ({family.name} checkpoint with "
+            f"tensor {rule.name!r} is missing from {where} ({family.name} checkpoint with "
             f"{len(available)} tensors): the checkpoint is incomplete or does not match its "
             "config.json; re-download or re-export it")
     shape = tuple(tensors.shape(found))
-    expected = tuple(reversed(want)) if transpose else want
+    hf_shape = _hf_shape(want, axes, fused=rule.qkv is not None)
+    expected = tuple(reversed(hf_shape)) if rule.transpose else hf_shape
     if shape != expected:
         raise CheckpointError(
             f"tensor {found!r} in {where} has shape {shape}, but the config.json implies {expected}: "
             "the weights and config.json belong to different models; use the config saved with them")
     array = np.asarray(tensors.read(found))
-    return array.T if transpose else array
+    array = array.T if rule.transpose else array
+    if rule.qkv is not None:  # the last axis holds q, k and v
+        heads = want[axes.index(HEADS if HEADS in axes else KV_HEADS)]
+        split = (heads, 3, -1) if rule.per_head else (3, -1)
+        array = np.take(array.reshape(*array.shape[:-1], *split), rule.qkv, axis=-2)
+    return array.reshape(want)
+
+
+def _hf_shape(want: tuple, axes: tuple, fused: bool) -> tuple:
+    """The shape HF stores a parameter in (before any transpose): [heads, head_dim] as one
+    dimension, and that three times over for a fused q/k/v tensor."""
+    shape = []
+    for size, axis in zip(want, axes):
+        if axis == HEAD_DIM and shape:
+            shape[-1] *= size
+        else:
+            shape.append(size)
+    if fused:
+        shape[-1] *= 3
+    return tuple(shape)
 
 
 _LEGACY_NORM_NAMES = {"LayerNorm.weight": "LayerNorm.gamma", "LayerNorm.bias": "LayerNorm.beta"}

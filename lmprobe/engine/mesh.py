@@ -1,26 +1,41 @@
 """The device mesh ('data', 'model') and the rules that place parameters and batches on it.
 
 One code path from one CPU to a multi-host TPU pod: parameters carry logical axis names
-(lmprobe.models.layers), a rules table maps them to mesh axes, and jit with NamedSharding does
+(lmprobe.models.axes), a rules table maps them to mesh axes, and jit with NamedSharding does
 the rest (no pmap). Tensor parallelism shards heads, MLP and vocabulary over 'model'; FSDP also
 shards the embedding dimension over 'data', so that every device holds a slice of every matrix.
 """
 
 from __future__ import annotations
 
+import contextlib
+
 import jax
 import numpy as np
+from flax import nnx
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from lmprobe.errors import LmprobeError
+from lmprobe.models.axes import BATCH, EMBED, HEAD_DIM, HEADS, KV_HEADS, LAYERS, LENGTH, MLP, POSITIONS, VOCAB
 
 DATA, MODEL = "data", "model"
 
-# logical axis -> mesh axis (None: replicated)
-TENSOR_PARALLEL = {"vocab": MODEL, "heads": MODEL, "kv_heads": MODEL, "mlp": MODEL,
-                   "embed": None, "layers": None, "positions": None}
-FSDP = {**TENSOR_PARALLEL, "embed": DATA}
+# logical axis -> mesh axis (None: replicated); heads are sharded whole, never head_dim
+TENSOR_PARALLEL = {VOCAB: MODEL, HEADS: MODEL, KV_HEADS: MODEL, MLP: MODEL,
+                   EMBED: None, HEAD_DIM: None, LAYERS: None, POSITIONS: None}
+FSDP = {**TENSOR_PARALLEL, EMBED: DATA}
 RULES = {"tp": TENSOR_PARALLEL, "fsdp": FSDP}
+# Activations between layers: batch over 'data', the rest whole (lmprobe.models.layers.constrain).
+ACTIVATION_RULES = ((BATCH, DATA), (LENGTH, None), (EMBED, None))
+
+
+@contextlib.contextmanager
+def tracing_on(mesh: Mesh):
+    """The context a model step is traced in: ``mesh`` and the activation rules, so that the
+    models' activation constraints apply (outside it they are no-ops)."""
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), nnx.logical_axis_rules(ACTIVATION_RULES):
+        yield
+
 
 def make_mesh(model_parallel: int = 1, devices=None) -> Mesh:
     """A (data, model) mesh over all devices; ``model_parallel`` devices share each model copy."""

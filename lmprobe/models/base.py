@@ -8,7 +8,8 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from lmprobe.models.layers import LayerCache, default_positions, init_cache, scan_layers
+from lmprobe.models.axes import BATCH, EMBED, LENGTH
+from lmprobe.models.layers import LayerCache, Mask, constrain, default_positions, init_cache, scan_layers
 
 Array = jax.Array
 
@@ -33,11 +34,17 @@ class HF(NamedTuple):
     """Where a parameter comes from in a Hugging Face checkpoint.
 
     ``name`` may contain ``{i}``, the layer index: the loader stacks the L tensors on a leading
-    axis. ``transpose`` turns torch's Linear weight [out, in] into our kernel [in, out].
+    axis. ``transpose`` turns torch's Linear weight [out, in] into our kernel [in, out]. The loader
+    then reshapes to the parameter's shape: HF's one heads*head_dim dimension becomes our
+    (heads, head_dim). ``qkv`` (0, 1, 2) takes the q, k or v third of a fused projection's output
+    features, laid out [3, heads, head_dim] (GPT-2's c_attn) or, ``per_head``, [heads, 3, head_dim]
+    (GPT-NeoX's query_key_value).
     """
 
     name: str
     transpose: bool = False
+    qkv: int | None = None
+    per_head: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,15 +64,16 @@ class Family:
     is_decoder: bool
 
 
-def run_blocks(blocks, h: Array, *, bias: Array, positions: Array, cache: LayerCache | None,
+def run_blocks(blocks, h: Array, *, mask: Mask, positions: Array, cache: LayerCache | None,
                cache_index, output_hidden_states: bool):
     """Apply the stacked blocks with one scan; returns (h, per-layer outputs or None, cache).
 
-    Each block is called as ``block(h, bias=, positions=, cache=, cache_index=) -> (h, cache)``.
+    Each block is called as ``block(h, mask=, positions=, cache=, cache_index=) -> (h, cache)``.
     """
 
     def step(block, carry, layer_cache):
-        out, new_cache = block(carry, bias=bias, positions=positions, cache=layer_cache,
+        carry = constrain(carry, (BATCH, LENGTH, EMBED))
+        out, new_cache = block(carry, mask=mask, positions=positions, cache=layer_cache,
                                cache_index=cache_index)
         return out, (out if output_hidden_states else None, new_cache)
 
@@ -93,16 +101,18 @@ def frozen(d: dict | None) -> tuple | None:
     return None if d is None else tuple(sorted((k, v) for k, v in d.items() if not isinstance(v, (dict, list))))
 
 
-def mask_and_positions(h: Array, attention_mask, positions, cache_index):
-    """Key mask [B, S] (all ones when None) and the position ids of this call's T tokens.
+def mask_and_positions(h: Array, attention_mask, positions, cache_index) -> tuple[Mask, Array]:
+    """A decoder call's causal Mask and the position ids of its T tokens.
 
-    A [B, T, S] mask (which key each query sees: packed sequences) needs explicit positions.
+    ``attention_mask`` [B, S] marks real slots (all, when None); a [B, T, S] mask (which key each
+    query sees: packed sequences) needs explicit positions.
     """
     b, t = h.shape[:2]
-    key_mask = jnp.ones((b, t), bool) if attention_mask is None else attention_mask
-    if key_mask.ndim == 3 and positions is None:
+    keys = jnp.ones((b, t), bool) if attention_mask is None else attention_mask
+    if keys.ndim == 3 and positions is None:
         raise ValueError("a [batch, queries, keys] attention mask needs explicit positions")
-    return key_mask, default_positions(key_mask, cache_index, t) if positions is None else positions
+    positions = default_positions(keys, cache_index, t) if positions is None else positions
+    return Mask(keys, causal=True, offset=cache_index, positions=positions), positions
 
 
 def empty_cache(config, batch: int, length: int, dtype) -> LayerCache:

@@ -17,9 +17,9 @@ from flax import nnx
 
 from lmprobe.errors import CheckpointError
 from lmprobe.models.base import HF, Family, ModelOutput, hf_hidden_states, run_blocks
+from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, POSITIONS
 from lmprobe.models.layers import (
-    Embed, LayerNorm, Linear, activation, attention_bias, check_length, default_positions,
-    dot_product_attention, stacked)
+    Embed, LayerNorm, Linear, Mask, activation, attention, check_length, default_positions, stacked)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,8 +65,8 @@ class BertEmbeddings(nnx.Module):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.word_embeddings = Embed(cfg.vocab_size, cfg.hidden_size, **kw)
         self.position_embeddings = Embed(cfg.max_position_embeddings, cfg.hidden_size,
-                                         axes=("positions", "embed"), **kw)
-        self.token_type_embeddings = Embed(cfg.type_vocab_size, cfg.hidden_size, axes=(None, "embed"), **kw)
+                                         axes=(POSITIONS, EMBED), **kw)
+        self.token_type_embeddings = Embed(cfg.type_vocab_size, cfg.hidden_size, axes=(None, EMBED), **kw)
         self.LayerNorm = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, **kw)
 
     def __call__(self, inputs_embeds, token_type_ids, positions):
@@ -76,25 +76,24 @@ class BertEmbeddings(nnx.Module):
 
 class BertSelfAttention(nnx.Module):
     def __init__(self, cfg: BertConfig, *, dtype, param_dtype, rngs):
-        d = cfg.hidden_size
+        d, h = cfg.hidden_size, cfg.num_attention_heads
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.query = Linear(d, d, axes=("embed", "heads"), **kw)
-        self.key = Linear(d, d, axes=("embed", "heads"), **kw)
-        self.value = Linear(d, d, axes=("embed", "heads"), **kw)
-        self.shape = (cfg.num_attention_heads, d // cfg.num_attention_heads)
+        self.query = Linear(d, (h, d // h), axes=(EMBED, HEADS, HEAD_DIM), **kw)
+        self.key = Linear(d, (h, d // h), axes=(EMBED, KV_HEADS, HEAD_DIM), **kw)
+        self.value = Linear(d, (h, d // h), axes=(EMBED, KV_HEADS, HEAD_DIM), **kw)
+        self.scale = (d // h) ** -0.5
 
-    def __call__(self, x, bias):
-        (b, t, _), (h, hd) = x.shape, self.shape
-        q, k, v = (proj(x).reshape(b, t, h, hd) for proj in (self.query, self.key, self.value))
-        return dot_product_attention(q, k, v, bias, scale=hd ** -0.5)
+    def __call__(self, x, mask):
+        return attention(self.query(x), self.key(x), self.value(x), mask, scale=self.scale)
 
 
 class BertOutput(nnx.Module):
-    """LayerNorm(dense(x) + residual): HF's BertSelfOutput (d_in = hidden) and BertOutput (d_in = intermediate)."""
+    """LayerNorm(dense(x) + residual): HF's BertSelfOutput (input [heads, head_dim]) and BertOutput
+    (input [intermediate])."""
 
-    def __init__(self, cfg: BertConfig, d_in: int, in_axis: str, *, dtype, param_dtype, rngs):
+    def __init__(self, cfg: BertConfig, d_in, in_axes: tuple, *, dtype, param_dtype, rngs):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.dense = Linear(d_in, cfg.hidden_size, axes=(in_axis, "embed"), **kw)
+        self.dense = Linear(d_in, cfg.hidden_size, axes=(*in_axes, EMBED), **kw)
         self.LayerNorm = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, **kw)
 
     def __call__(self, x, residual):
@@ -105,15 +104,16 @@ class BertAttention(nnx.Module):
     def __init__(self, cfg: BertConfig, *, dtype, param_dtype, rngs):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.self = BertSelfAttention(cfg, **kw)
-        self.output = BertOutput(cfg, cfg.hidden_size, "heads", **kw)
+        h = cfg.num_attention_heads
+        self.output = BertOutput(cfg, (h, cfg.hidden_size // h), (HEADS, HEAD_DIM), **kw)
 
-    def __call__(self, x, bias):
-        return self.output(self.self(x, bias), x)
+    def __call__(self, x, mask):
+        return self.output(self.self(x, mask), x)
 
 
 class BertIntermediate(nnx.Module):
     def __init__(self, cfg: BertConfig, *, dtype, param_dtype, rngs):
-        self.dense = Linear(cfg.hidden_size, cfg.intermediate_size, axes=("embed", "mlp"),
+        self.dense = Linear(cfg.hidden_size, cfg.intermediate_size, axes=(EMBED, MLP),
                             dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.act = activation(cfg.hidden_act)
 
@@ -126,10 +126,10 @@ class BertLayer(nnx.Module):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.attention = BertAttention(cfg, **kw)
         self.intermediate = BertIntermediate(cfg, **kw)
-        self.output = BertOutput(cfg, cfg.intermediate_size, "mlp", **kw)
+        self.output = BertOutput(cfg, cfg.intermediate_size, (MLP,), **kw)
 
-    def __call__(self, x, *, bias, positions, cache, cache_index):
-        x = self.attention(x, bias)
+    def __call__(self, x, *, mask, positions, cache, cache_index):
+        x = self.attention(x, mask)
         return self.output(self.intermediate(x), x), cache
 
 
@@ -170,7 +170,7 @@ class Bert(nnx.Module):
         positions = self.default_positions(input_ids, key_mask) if positions is None else positions
         token_type_ids = jnp.zeros((b, t), jnp.int32) if token_type_ids is None else token_type_ids
         h = self.embeddings(x, token_type_ids, positions)
-        out, per_layer, _ = run_blocks(self.layer, h, bias=attention_bias(key_mask, t, causal=False),
+        out, per_layer, _ = run_blocks(self.layer, h, mask=Mask(attention_mask),
                                        positions=positions, cache=None, cache_index=0,
                                        output_hidden_states=output_hidden_states)
         return ModelOutput(out, hf_hidden_states(h, per_layer, out))

@@ -14,9 +14,9 @@ from flax import nnx
 
 from lmprobe.errors import CheckpointError
 from lmprobe.models.base import HF, Family, ModelOutput, hf_hidden_states, run_blocks
+from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, POSITIONS
 from lmprobe.models.layers import (
-    Embed, LayerNorm, Linear, activation, attention_bias, check_length, default_positions,
-    dot_product_attention, stacked)
+    Embed, LayerNorm, Linear, Mask, activation, attention, check_length, default_positions, stacked)
 
 _EPS = 1e-12  # DistilBERT's LayerNorms have a fixed eps
 
@@ -47,7 +47,7 @@ class Embeddings(nnx.Module):
     def __init__(self, cfg: DistilBertConfig, *, dtype, param_dtype, rngs):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.word_embeddings = Embed(cfg.vocab_size, cfg.dim, **kw)
-        self.position_embeddings = Embed(cfg.max_position_embeddings, cfg.dim, axes=("positions", "embed"), **kw)
+        self.position_embeddings = Embed(cfg.max_position_embeddings, cfg.dim, axes=(POSITIONS, EMBED), **kw)
         self.LayerNorm = LayerNorm(cfg.dim, eps=_EPS, **kw)
 
     def __call__(self, inputs_embeds, positions):
@@ -56,25 +56,24 @@ class Embeddings(nnx.Module):
 
 class DistilBertSelfAttention(nnx.Module):
     def __init__(self, cfg: DistilBertConfig, *, dtype, param_dtype, rngs):
-        d = cfg.dim
+        d, h, hd = cfg.dim, cfg.n_heads, cfg.dim // cfg.n_heads
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.q_lin = Linear(d, d, axes=("embed", "heads"), **kw)
-        self.k_lin = Linear(d, d, axes=("embed", "heads"), **kw)
-        self.v_lin = Linear(d, d, axes=("embed", "heads"), **kw)
-        self.out_lin = Linear(d, d, axes=("heads", "embed"), **kw)
-        self.shape = (cfg.n_heads, d // cfg.n_heads)
+        self.q_lin = Linear(d, (h, hd), axes=(EMBED, HEADS, HEAD_DIM), **kw)
+        self.k_lin = Linear(d, (h, hd), axes=(EMBED, KV_HEADS, HEAD_DIM), **kw)
+        self.v_lin = Linear(d, (h, hd), axes=(EMBED, KV_HEADS, HEAD_DIM), **kw)
+        self.out_lin = Linear((h, hd), d, axes=(HEADS, HEAD_DIM, EMBED), **kw)
+        self.scale = hd ** -0.5
 
-    def __call__(self, x, bias):
-        (b, t, _), (h, hd) = x.shape, self.shape
-        q, k, v = (lin(x).reshape(b, t, h, hd) for lin in (self.q_lin, self.k_lin, self.v_lin))
-        return self.out_lin(dot_product_attention(q, k, v, bias, scale=hd ** -0.5))
+    def __call__(self, x, mask):
+        q, k, v = self.q_lin(x), self.k_lin(x), self.v_lin(x)
+        return self.out_lin(attention(q, k, v, mask, scale=self.scale))
 
 
 class FFN(nnx.Module):
     def __init__(self, cfg: DistilBertConfig, *, dtype, param_dtype, rngs):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.lin1 = Linear(cfg.dim, cfg.hidden_dim, axes=("embed", "mlp"), **kw)
-        self.lin2 = Linear(cfg.hidden_dim, cfg.dim, axes=("mlp", "embed"), **kw)
+        self.lin1 = Linear(cfg.dim, cfg.hidden_dim, axes=(EMBED, MLP), **kw)
+        self.lin2 = Linear(cfg.hidden_dim, cfg.dim, axes=(MLP, EMBED), **kw)
         self.activation = activation(cfg.activation)
 
     def __call__(self, x):
@@ -89,8 +88,8 @@ class TransformerBlock(nnx.Module):
         self.ffn = FFN(cfg, **kw)
         self.output_layer_norm = LayerNorm(cfg.dim, eps=_EPS, **kw)
 
-    def __call__(self, x, *, bias, positions, cache, cache_index):
-        x = self.sa_layer_norm(self.attention(x, bias) + x)
+    def __call__(self, x, *, mask, positions, cache, cache_index):
+        x = self.sa_layer_norm(self.attention(x, mask) + x)
         return self.output_layer_norm(self.ffn(x) + x), cache
 
 
@@ -119,7 +118,7 @@ class DistilBert(nnx.Module):
         check_length(t, self.max_length)
         key_mask = jnp.ones((b, t), bool) if attention_mask is None else attention_mask
         h = self.embeddings(x, default_positions(key_mask) if positions is None else positions)
-        out, per_layer, _ = run_blocks(self.layer, h, bias=attention_bias(key_mask, t, causal=False),
+        out, per_layer, _ = run_blocks(self.layer, h, mask=Mask(attention_mask),
                                        positions=positions, cache=None, cache_index=0,
                                        output_hidden_states=output_hidden_states)
         return ModelOutput(out, hf_hidden_states(h, per_layer, out))

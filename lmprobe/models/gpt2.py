@@ -2,12 +2,13 @@
 
 Mirrors transformers' modeling_gpt2.py: learned token (wte) and position (wpe) embeddings,
 pre-norm blocks with LayerNorm, a fused q/k/v projection ``c_attn`` (a Conv1D, whose weights are
-already [in, out]), a GELU MLP, a final ``ln_f`` and an LM head tied to wte. Attention scores
-are scaled by 1/sqrt(head_dim) (scale_attn_weights) and optionally by 1/(layer index + 1)
-(scale_attn_by_inverse_layer_idx), a per-layer scale fed to the scanned layers as an input.
+already [in, out]; split into q_proj / k_proj / v_proj on load), a GELU MLP, a final ``ln_f``
+and an LM head tied to wte. Attention scores are scaled by 1/sqrt(head_dim)
+(scale_attn_weights) and optionally by 1/(layer index + 1) (scale_attn_by_inverse_layer_idx), a
+per-layer factor fed to the scanned layers as an input (applied to q).
 
 GPT-Neo (gpt_neo.py) reuses this model with its own attention module and per-layer local
-(sliding-window) attention, so the model also takes one causal mask per distinct window.
+(sliding-window) attention: each layer also gets the index of its window as an input.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ import dataclasses
 import jax.numpy as jnp
 from flax import nnx
 
+from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, POSITIONS, VOCAB
 from lmprobe.models.base import HF, Family, ModelOutput, mask_and_positions, hf_hidden_states
 from lmprobe.models.layers import (
-    Embed, lm_logits, LayerNorm, Linear, activation, attention_bias, check_length,
-    dot_product_attention, scan_layers, stacked, update_cache)
+    Embed, lm_logits, LayerNorm, Linear, activation, check_length, layer_attention, scan_layers, stacked,
+    update_cache)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,39 +58,54 @@ class GPT2Config:
             scale_attn_by_inverse_layer_idx=c.get("scale_attn_by_inverse_layer_idx", False),
             tie_word_embeddings=c.get("tie_word_embeddings", True))
 
-    def attention_scales(self) -> tuple[float, ...]:
-        """Each layer's attention-score scale (GPT2Attention.scaling)."""
-        scale = self.head_dim ** -0.5 if self.scale_attn_weights else 1.0
-        if not self.scale_attn_by_inverse_layer_idx:
-            return (scale,) * self.num_hidden_layers
-        return tuple(scale / (i + 1) for i in range(self.num_hidden_layers))
+    @property
+    def attention_scale(self) -> float:
+        """The attention-score scale every layer shares."""
+        return self.head_dim ** -0.5 if self.scale_attn_weights else 1.0
+
+    def layer_scales(self) -> tuple[float, ...]:
+        """Each layer's further score factor: 1/(index + 1) with scale_attn_by_inverse_layer_idx."""
+        return tuple(1 / (i + 1) if self.scale_attn_by_inverse_layer_idx else 1.0
+                     for i in range(self.num_hidden_layers))
 
     def attention_windows(self) -> tuple[int | None, ...]:
         """Each layer's sliding window; None is global causal attention (all of GPT-2's layers)."""
         return (None,) * self.num_hidden_layers
 
+    def window_kinds(self) -> tuple[int | None, ...]:
+        """The distinct windows; a layer's window is given to it as an index into these."""
+        return tuple(dict.fromkeys(self.attention_windows()))
+
+
+def attend(cfg: GPT2Config, q, k, v, mask, layer):
+    """One layer's attention; ``layer`` = (window index, score factor), the layer's scanned inputs."""
+    kind, factor = layer
+    if cfg.scale_attn_by_inverse_layer_idx:
+        q = q * factor.astype(q.dtype)
+    return layer_attention(q, k, v, mask, scale=cfg.attention_scale, windows=cfg.window_kinds(), kind=kind)
+
 
 class GPT2Attention(nnx.Module):
     def __init__(self, cfg: GPT2Config, *, dtype, param_dtype, rngs):
-        d = cfg.hidden_size
+        d, h, hd = cfg.hidden_size, cfg.num_attention_heads, cfg.head_dim
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.c_attn = Linear(d, 3 * d, axes=("embed", "heads"), **kw)  # output features [q | k | v]
-        self.c_proj = Linear(d, d, axes=("heads", "embed"), **kw)
-        self.shape = (cfg.num_attention_heads, cfg.head_dim)
+        self.q_proj = Linear(d, (h, hd), axes=(EMBED, HEADS, HEAD_DIM), **kw)  # HF's c_attn, split
+        self.k_proj = Linear(d, (h, hd), axes=(EMBED, KV_HEADS, HEAD_DIM), **kw)
+        self.v_proj = Linear(d, (h, hd), axes=(EMBED, KV_HEADS, HEAD_DIM), **kw)
+        self.c_proj = Linear((h, hd), d, axes=(HEADS, HEAD_DIM, EMBED), **kw)
+        self.config = cfg
 
-    def __call__(self, x, *, bias, scale, cache, cache_index):
-        (b, t, _), (h, hd) = x.shape, self.shape
-        q, k, v = (y.reshape(b, t, h, hd) for y in jnp.split(self.c_attn(x), 3, axis=-1))
-        k, v, cache = update_cache(cache, k, v, cache_index)
-        return self.c_proj(dot_product_attention(q, k, v, bias, scale=scale)), cache
+    def __call__(self, x, *, mask, layer, cache, cache_index):
+        k, v, cache = update_cache(cache, self.k_proj(x), self.v_proj(x), cache_index)
+        return self.c_proj(attend(self.config, self.q_proj(x), k, v, mask, layer)), cache
 
 
 class GPT2MLP(nnx.Module):
     def __init__(self, cfg: GPT2Config, *, dtype, param_dtype, rngs):
         d, m = cfg.hidden_size, cfg.intermediate_size
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.c_fc = Linear(d, m, axes=("embed", "mlp"), **kw)
-        self.c_proj = Linear(m, d, axes=("mlp", "embed"), **kw)
+        self.c_fc = Linear(d, m, axes=(EMBED, MLP), **kw)
+        self.c_proj = Linear(m, d, axes=(MLP, EMBED), **kw)
         self.act = activation(cfg.activation_function)
 
     def __call__(self, x):
@@ -103,8 +120,8 @@ class GPT2Block(nnx.Module):
         self.ln_2 = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_epsilon, **kw)
         self.mlp = GPT2MLP(cfg, **kw)
 
-    def __call__(self, x, *, bias, scale, cache, cache_index):
-        a, cache = self.attn(self.ln_1(x), bias=bias, scale=scale, cache=cache, cache_index=cache_index)
+    def __call__(self, x, *, mask, layer, cache, cache_index):
+        a, cache = self.attn(self.ln_1(x), mask=mask, layer=layer, cache=cache, cache_index=cache_index)
         x = x + a
         return x + self.mlp(self.ln_2(x)), cache
 
@@ -118,12 +135,12 @@ class GPT2(nnx.Module):
         kw = dict(dtype=dtype, param_dtype=param_dtype)
         self.config = cfg
         self.wte = Embed(cfg.vocab_size, cfg.hidden_size, rngs=rngs, **kw)
-        self.wpe = Embed(cfg.max_position_embeddings, cfg.hidden_size, axes=("positions", "embed"),
+        self.wpe = Embed(cfg.max_position_embeddings, cfg.hidden_size, axes=(POSITIONS, EMBED),
                          rngs=rngs, **kw)
         self.h = stacked(lambda r: GPT2Block(cfg, self.attention, rngs=r, **kw), cfg.num_hidden_layers, rngs)
         self.ln_f = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_epsilon, rngs=rngs, **kw)
         self.lm_head = None if cfg.tie_word_embeddings else Linear(
-            cfg.hidden_size, cfg.vocab_size, axes=("embed", "vocab"), use_bias=False, rngs=rngs, **kw)
+            cfg.hidden_size, cfg.vocab_size, axes=(EMBED, VOCAB), use_bias=False, rngs=rngs, **kw)
 
     def embed(self, input_ids):
         """Token embeddings (HF's inputs_embeds); position embeddings are added in __call__."""
@@ -136,25 +153,19 @@ class GPT2(nnx.Module):
     def __call__(self, input_ids=None, attention_mask=None, *, inputs_embeds=None, positions=None,
                  cache=None, cache_index=0, output_hidden_states=False, compute_logits=True):
         h = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
-        t = h.shape[1]
-        key_mask, positions = mask_and_positions(h, attention_mask, positions, cache_index)
-        check_length(key_mask.shape[-1], self.config.max_position_embeddings)
+        mask, positions = mask_and_positions(h, attention_mask, positions, cache_index)
+        check_length(mask.keys.shape[-1], self.config.max_position_embeddings)
         h = h + self.wpe(positions)
-        # One causal mask per distinct window; each layer picks its own by index, with its scale.
-        windows = self.config.attention_windows()
-        kinds = tuple(dict.fromkeys(windows))
-        biases = jnp.stack([attention_bias(key_mask, t, causal=True, query_offset=cache_index,
-                                           sliding_window=w, positions=positions) for w in kinds])
-        per_layer_inputs = (jnp.asarray([kinds.index(w) for w in windows]),
-                            jnp.asarray(self.config.attention_scales(), jnp.float32))
+        kinds = self.config.window_kinds()
+        layers = (jnp.asarray([kinds.index(w) for w in self.config.attention_windows()]),
+                  jnp.asarray(self.config.layer_scales(), jnp.float32))
 
-        def step(block, x, layer):
-            layer_cache, kind, scale = layer
-            x, layer_cache = block(x, bias=biases[kind], scale=scale, cache=layer_cache,
-                                   cache_index=cache_index)
+        def step(block, x, inputs):
+            layer_cache, layer = inputs
+            x, layer_cache = block(x, mask=mask, layer=layer, cache=layer_cache, cache_index=cache_index)
             return x, (x if output_hidden_states else None, layer_cache)
 
-        out, (per_layer, cache) = scan_layers(self.h, step, h, (cache, *per_layer_inputs))
+        out, (per_layer, cache) = scan_layers(self.h, step, h, (cache, layers))
         last = self.ln_f(out)
         return ModelOutput(last, hf_hidden_states(h, per_layer, last),
                            self.logits(last) if compute_logits else None, cache)
@@ -178,7 +189,7 @@ def hf_params(attention: dict[str, HF], *, conv1d: bool) -> dict[str, HF]:
     for name in ("c_fc", "c_proj"):
         table[f"h.mlp.{name}.kernel"] = HF(f"{layer}mlp.{name}.weight", transpose=not conv1d)
         table[f"h.mlp.{name}.bias"] = HF(f"{layer}mlp.{name}.bias")
-    table.update({f"h.{path}": HF(layer + rule.name, rule.transpose) for path, rule in attention.items()})
+    table.update({f"h.{path}": rule._replace(name=layer + rule.name) for path, rule in attention.items()})
     return table
 
 
@@ -189,8 +200,9 @@ FAMILY = Family(
     base_prefix="transformer.",
     is_decoder=True,
     hf_params=hf_params({
-        "attn.c_attn.kernel": HF("attn.c_attn.weight"),  # Conv1D: already [in, out]
-        "attn.c_attn.bias": HF("attn.c_attn.bias"),
+        # Conv1D: already [in, out]; c_attn's output features are [q | k | v]
+        **{f"attn.{x}_proj.kernel": HF("attn.c_attn.weight", qkv=i) for i, x in enumerate("qkv")},
+        **{f"attn.{x}_proj.bias": HF("attn.c_attn.bias", qkv=i) for i, x in enumerate("qkv")},
         "attn.c_proj.kernel": HF("attn.c_proj.weight"),
         "attn.c_proj.bias": HF("attn.c_proj.bias"),
     }, conv1d=True),

@@ -2,22 +2,23 @@
 
 Mirrors transformers' modeling_gpt_neo.py. The network is GPT-2's (gpt2.py: wte + learned wpe,
 LayerNorm pre-norm blocks, GELU MLP, ln_f, tied LM head) with a different attention: separate
-q/k/v projections without bias, out_proj with bias, scores from fp32 q and k with *no*
+q/k/v projections without bias, out_proj with bias, scores accumulated in fp32 with *no*
 1/sqrt(head_dim) scaling, and layers alternating between "global" (causal) and "local" attention
-(causal within a sliding window of ``window_size`` slots), per config.attention_types.
+(causal within a sliding window of ``window_size`` slots, positions for packed rows), per
+config.attention_types.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-import jax.numpy as jnp
 from flax import nnx
 
 from lmprobe.errors import CheckpointError
+from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS
 from lmprobe.models.base import HF, Family
-from lmprobe.models.gpt2 import GPT2, GPT2Config, hf_params
-from lmprobe.models.layers import Linear, dot_product_attention, update_cache
+from lmprobe.models.gpt2 import GPT2, GPT2Config, attend, hf_params
+from lmprobe.models.layers import Linear, update_cache
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,21 +52,18 @@ class GPTNeoConfig(GPT2Config):
 
 class GPTNeoSelfAttention(nnx.Module):
     def __init__(self, cfg: GPTNeoConfig, *, dtype, param_dtype, rngs):
-        d = cfg.hidden_size
+        d, h, hd = cfg.hidden_size, cfg.num_attention_heads, cfg.head_dim
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.q_proj = Linear(d, d, axes=("embed", "heads"), use_bias=False, **kw)
-        self.k_proj = Linear(d, d, axes=("embed", "heads"), use_bias=False, **kw)
-        self.v_proj = Linear(d, d, axes=("embed", "heads"), use_bias=False, **kw)
-        self.out_proj = Linear(d, d, axes=("heads", "embed"), **kw)
-        self.shape = (cfg.num_attention_heads, cfg.head_dim)
+        self.q_proj = Linear(d, (h, hd), axes=(EMBED, HEADS, HEAD_DIM), use_bias=False, **kw)
+        self.k_proj = Linear(d, (h, hd), axes=(EMBED, KV_HEADS, HEAD_DIM), use_bias=False, **kw)
+        self.v_proj = Linear(d, (h, hd), axes=(EMBED, KV_HEADS, HEAD_DIM), use_bias=False, **kw)
+        self.out_proj = Linear((h, hd), d, axes=(HEADS, HEAD_DIM, EMBED), **kw)
+        self.config = cfg
 
-    def __call__(self, x, *, bias, scale, cache, cache_index):
-        (b, t, _), (h, hd) = x.shape, self.shape
-        q, k, v = (proj(x).reshape(b, t, h, hd) for proj in (self.q_proj, self.k_proj, self.v_proj))
-        k, v, cache = update_cache(cache, k, v, cache_index)
-        # Unscaled scores (scale is 1) from fp32 q and k, as HF computes them to avoid overflow.
-        out = dot_product_attention(q.astype(jnp.float32), k.astype(jnp.float32), v, bias, scale=scale)
-        return self.out_proj(out), cache
+    def __call__(self, x, *, mask, layer, cache, cache_index):
+        # Unscaled scores (attention_scale is 1), accumulated in fp32 as HF's upcast q.k does.
+        k, v, cache = update_cache(cache, self.k_proj(x), self.v_proj(x), cache_index)
+        return self.out_proj(attend(self.config, self.q_proj(x), k, v, mask, layer)), cache
 
 
 class GPTNeo(GPT2):

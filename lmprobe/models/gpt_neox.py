@@ -1,8 +1,9 @@
 """GPT-NeoX family: Pythia, Dolly-v2, GPT-NeoX-20B, RedPajama-INCITE.
 
 Mirrors transformers' modeling_gpt_neox.py: LayerNorm blocks with a fused per-head q/k/v
-projection, partial rotary embeddings (the first ``partial_rotary_factor`` of each head),
-parallel or sequential residuals, a GELU MLP and an untied output head ``embed_out``.
+projection (query_key_value, split into q_proj / k_proj / v_proj on load), partial rotary
+embeddings (the first ``partial_rotary_factor`` of each head), parallel or sequential
+residuals, a GELU MLP and an untied output head ``embed_out``.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ import jax.numpy as jnp
 from flax import nnx
 
 from lmprobe.models.base import HF, Family, ModelOutput, mask_and_positions, frozen, hf_hidden_states, hf_rope, run_blocks
+from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, VOCAB
 from lmprobe.models.layers import (
-    Embed, lm_logits, LayerNorm, Linear, activation, apply_rope, attention_bias,
-    dot_product_attention, rope_inv_freq, stacked, update_cache)
+    Embed, lm_logits, LayerNorm, Linear, activation, apply_rope, attention, rope_inv_freq, stacked,
+    update_cache)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,28 +63,27 @@ class GPTNeoXAttention(nnx.Module):
     def __init__(self, cfg: GPTNeoXConfig, *, dtype, param_dtype, rngs):
         d, h, hd = cfg.hidden_size, cfg.num_attention_heads, cfg.head_dim
         kw = dict(use_bias=cfg.attention_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        # Fused projection in HF's layout: output features are [head, (q | k | v), head_dim].
-        self.query_key_value = Linear(d, 3 * d, axes=("embed", "heads"), **kw)
-        self.dense = Linear(d, d, axes=("heads", "embed"), **kw)
-        self.shape = (h, hd)
+        self.q_proj = Linear(d, (h, hd), axes=(EMBED, HEADS, HEAD_DIM), **kw)
+        self.k_proj = Linear(d, (h, hd), axes=(EMBED, KV_HEADS, HEAD_DIM), **kw)
+        self.v_proj = Linear(d, (h, hd), axes=(EMBED, KV_HEADS, HEAD_DIM), **kw)
+        self.dense = Linear((h, hd), d, axes=(HEADS, HEAD_DIM, EMBED), **kw)
+        self.scale = hd ** -0.5
         self.inv_freq = rope_inv_freq(int(hd * cfg.partial_rotary_factor), cfg.rope_theta,
                                       cfg.rope_scaling)  # static tuple; rotates the first dims only
 
-    def __call__(self, x, *, bias, positions, cache, cache_index):
-        (b, t, _), (h, hd) = x.shape, self.shape
-        q, k, v = jnp.split(self.query_key_value(x).reshape(b, t, h, 3 * hd), 3, axis=-1)
-        q = apply_rope(q, positions, self.inv_freq)
-        k = apply_rope(k, positions, self.inv_freq)
-        k, v, cache = update_cache(cache, k, v, cache_index)
-        return self.dense(dot_product_attention(q, k, v, bias, scale=hd ** -0.5)), cache
+    def __call__(self, x, *, mask, positions, cache, cache_index):
+        q = apply_rope(self.q_proj(x), positions, self.inv_freq)
+        k = apply_rope(self.k_proj(x), positions, self.inv_freq)
+        k, v, cache = update_cache(cache, k, self.v_proj(x), cache_index)
+        return self.dense(attention(q, k, v, mask, scale=self.scale)), cache
 
 
 class GPTNeoXMLP(nnx.Module):
     def __init__(self, cfg: GPTNeoXConfig, *, dtype, param_dtype, rngs):
         d, m = cfg.hidden_size, cfg.intermediate_size
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.dense_h_to_4h = Linear(d, m, axes=("embed", "mlp"), **kw)
-        self.dense_4h_to_h = Linear(m, d, axes=("mlp", "embed"), **kw)
+        self.dense_h_to_4h = Linear(d, m, axes=(EMBED, MLP), **kw)
+        self.dense_4h_to_h = Linear(m, d, axes=(MLP, EMBED), **kw)
         self.act = activation(cfg.hidden_act)
 
     def __call__(self, x):
@@ -98,8 +99,8 @@ class GPTNeoXLayer(nnx.Module):
         self.mlp = GPTNeoXMLP(cfg, **kw)
         self.use_parallel_residual = cfg.use_parallel_residual
 
-    def __call__(self, x, *, bias, positions, cache, cache_index):
-        a, cache = self.attention(self.input_layernorm(x), bias=bias, positions=positions,
+    def __call__(self, x, *, mask, positions, cache, cache_index):
+        a, cache = self.attention(self.input_layernorm(x), mask=mask, positions=positions,
                                   cache=cache, cache_index=cache_index)
         if self.use_parallel_residual:  # x + attn(ln1(x)) + mlp(ln2(x))
             return self.mlp(self.post_attention_layernorm(x)) + a + x, cache
@@ -117,7 +118,7 @@ class GPTNeoX(nnx.Module):
         self.layers = stacked(lambda r: GPTNeoXLayer(cfg, rngs=r, **kw), cfg.num_hidden_layers, rngs)
         self.final_layer_norm = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, rngs=rngs, **kw)
         self.embed_out = None if cfg.tie_word_embeddings else Linear(
-            cfg.hidden_size, cfg.vocab_size, axes=("embed", "vocab"), use_bias=False, rngs=rngs, **kw)
+            cfg.hidden_size, cfg.vocab_size, axes=(EMBED, VOCAB), use_bias=False, rngs=rngs, **kw)
 
     def embed(self, input_ids):
         return self.embed_in(input_ids)
@@ -129,10 +130,8 @@ class GPTNeoX(nnx.Module):
     def __call__(self, input_ids=None, attention_mask=None, *, inputs_embeds=None, positions=None,
                  cache=None, cache_index=0, output_hidden_states=False, compute_logits=True):
         h = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
-        t = h.shape[1]
-        key_mask, positions = mask_and_positions(h, attention_mask, positions, cache_index)
-        bias = attention_bias(key_mask, t, causal=True, query_offset=cache_index, positions=positions)
-        out, per_layer, cache = run_blocks(self.layers, h, bias=bias, positions=positions, cache=cache,
+        mask, positions = mask_and_positions(h, attention_mask, positions, cache_index)
+        out, per_layer, cache = run_blocks(self.layers, h, mask=mask, positions=positions, cache=cache,
                                            cache_index=cache_index,
                                            output_hidden_states=output_hidden_states)
         last = self.final_layer_norm(out)
@@ -153,8 +152,10 @@ FAMILY = Family(
         "layers.input_layernorm.bias": HF(_L + "input_layernorm.bias"),
         "layers.post_attention_layernorm.weight": HF(_L + "post_attention_layernorm.weight"),
         "layers.post_attention_layernorm.bias": HF(_L + "post_attention_layernorm.bias"),
-        "layers.attention.query_key_value.kernel": HF(_L + "attention.query_key_value.weight", transpose=True),
-        "layers.attention.query_key_value.bias": HF(_L + "attention.query_key_value.bias"),
+        **{f"layers.attention.{x}_proj.kernel": HF(_L + "attention.query_key_value.weight", transpose=True,
+                                                   qkv=i, per_head=True) for i, x in enumerate("qkv")},
+        **{f"layers.attention.{x}_proj.bias": HF(_L + "attention.query_key_value.bias", qkv=i, per_head=True)
+           for i, x in enumerate("qkv")},
         "layers.attention.dense.kernel": HF(_L + "attention.dense.weight", transpose=True),
         "layers.attention.dense.bias": HF(_L + "attention.dense.bias"),
         "layers.mlp.dense_h_to_4h.kernel": HF(_L + "mlp.dense_h_to_4h.weight", transpose=True),

@@ -1,24 +1,27 @@
 """Building blocks shared by the model families.
 
-Every parameter carries logical axis names (``axes`` metadata: 'vocab', 'embed', 'heads',
-'kv_heads', 'mlp', 'layers', 'positions'); the engine maps them to mesh axes. Kernels are stored
-as [in, out] (the transpose of torch's Linear weight). Softmax, norms and logits run in fp32
-whatever the compute dtype.
+Every parameter carries logical axis names (``axes`` metadata, constants of
+lmprobe.models.axes); the engine maps them to mesh axes. Kernels are stored as [in..., out...]
+(torch's Linear weight transposed; attention projections keep heads as their own dimension).
+Softmax, norms and logits run in fp32 whatever the compute dtype.
 """
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+import dataclasses
+import functools
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from flax.core import spmd
+
+from lmprobe.models.axes import EMBED, VOCAB
 
 Array = jax.Array
 _init = nnx.initializers.normal(0.02)
-# Additive bias for masked attention scores: finite, so fully masked rows (padding) stay NaN-free.
-MASKED = float(np.finfo(np.float32).min)
 
 
 def param(rngs: nnx.Rngs, shape, axes, dtype, init=_init) -> nnx.Param:
@@ -26,16 +29,25 @@ def param(rngs: nnx.Rngs, shape, axes, dtype, init=_init) -> nnx.Param:
     return nnx.Param(init(rngs.params(), shape, dtype), axes=tuple(axes))
 
 
+def _dims(d) -> tuple[int, ...]:
+    return (d,) if isinstance(d, int) else tuple(d)
+
+
 class Linear(nnx.Module):
-    """y = x @ kernel + bias, kernel [d_in, d_out]."""
+    """y = x @ kernel + bias over x's trailing ``d_in`` dims; kernel [*d_in, *d_out], bias [*d_out].
+
+    ``d_in`` / ``d_out`` are ints or tuples: a query projection maps embed -> (heads, head_dim),
+    an output projection (heads, head_dim) -> embed.
+    """
 
     def __init__(self, d_in, d_out, *, axes, use_bias=True, dtype, param_dtype, rngs):
-        self.kernel = param(rngs, (d_in, d_out), axes, param_dtype)
-        self.bias = param(rngs, (d_out,), axes[1:], param_dtype, nnx.initializers.zeros) if use_bias else None
-        self.dtype = dtype
+        d_in, d_out = _dims(d_in), _dims(d_out)
+        self.kernel = param(rngs, d_in + d_out, axes, param_dtype)
+        self.bias = param(rngs, d_out, axes[len(d_in):], param_dtype, nnx.initializers.zeros) if use_bias else None
+        self.num_in, self.dtype = len(d_in), dtype
 
     def __call__(self, x: Array) -> Array:
-        y = x.astype(self.dtype) @ self.kernel[...].astype(self.dtype)
+        y = jnp.tensordot(x.astype(self.dtype), self.kernel[...].astype(self.dtype), axes=self.num_in)
         if self.bias is not None:
             y = y + self.bias[...].astype(self.dtype)
         return y
@@ -44,7 +56,7 @@ class Linear(nnx.Module):
 class Embed(nnx.Module):
     """Token (or position) embedding table [num, dim]; ``attend`` is the tied output head."""
 
-    def __init__(self, num, dim, *, axes=("vocab", "embed"), dtype, param_dtype, rngs):
+    def __init__(self, num, dim, *, axes=(VOCAB, EMBED), dtype, param_dtype, rngs):
         self.embedding = param(rngs, (num, dim), axes, param_dtype)
         self.dtype = dtype
 
@@ -69,7 +81,7 @@ class RMSNorm(nnx.Module):
     """x / rms(x) * weight, in fp32 (Llama)."""
 
     def __init__(self, dim, *, eps, dtype, param_dtype, rngs):
-        self.weight = nnx.Param(jnp.ones((dim,), param_dtype), axes=("embed",))
+        self.weight = nnx.Param(jnp.ones((dim,), param_dtype), axes=(EMBED,))
         self.eps, self.dtype = eps, dtype
 
     def __call__(self, x: Array) -> Array:
@@ -82,8 +94,8 @@ class LayerNorm(nnx.Module):
     """(x - mean) / std * weight + bias, in fp32."""
 
     def __init__(self, dim, *, eps, dtype, param_dtype, rngs, use_scale=True, use_bias=True):
-        self.weight = nnx.Param(jnp.ones((dim,), param_dtype), axes=("embed",)) if use_scale else None
-        self.bias = nnx.Param(jnp.zeros((dim,), param_dtype), axes=("embed",)) if use_bias else None
+        self.weight = nnx.Param(jnp.ones((dim,), param_dtype), axes=(EMBED,)) if use_scale else None
+        self.bias = nnx.Param(jnp.zeros((dim,), param_dtype), axes=(EMBED,)) if use_bias else None
         self.eps, self.dtype = eps, dtype
 
     def __call__(self, x: Array) -> Array:
@@ -200,42 +212,87 @@ def init_cache(num_layers, batch, max_len, kv_heads, head_dim, dtype=jnp.float32
     return LayerCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
 
 
-def attention_bias(key_mask: Array, num_queries: int, *, causal: bool, query_offset=0,
-                   sliding_window: int | None = None, positions: Array | None = None) -> Array:
-    """Additive fp32 bias [B, 1, T, S]: 0 where query slot i may see key slot j, MASKED elsewhere.
+@functools.partial(jax.tree_util.register_dataclass, data_fields=["keys", "offset", "positions"],
+                   meta_fields=["causal"])
+@dataclasses.dataclass(frozen=True)
+class Mask:
+    """Which keys each query may see, kept factored: nothing [T, S]-sized is built when avoidable.
 
-    Slots index the (padded) sequence; query i sits in slot ``query_offset + i`` (the cache write
-    index when decoding). ``key_mask`` [B, S] marks real (non-padding) keys; or, [B, T, S], which
-    key each query may see (packed sequences, no cache): then the sliding window is measured in
-    ``positions`` [B, T], not slots.
+    keys: [B, S] real (non-padding) key slots, None for all; or [B, T, S], which keys each query
+        sees (packed rows; no cache).
+    causal: a query sees no key in a later slot (static).
+    offset: the slot of query 0 (the cache write index when decoding): the int 0 or traced.
+    positions: [B, T] position ids: sliding windows over a [B, T, S] mask are measured in them.
     """
-    q_slot = query_offset + jnp.arange(num_queries)[:, None]
-    k_slot = jnp.arange(key_mask.shape[-1])[None, :]
-    if key_mask.ndim == 3:
-        allowed = key_mask[:, None].astype(bool)
-        distance = (positions[:, :, None] - positions[:, None, :])[:, None]
+
+    keys: Array | None
+    causal: bool = False
+    offset: Any = 0
+    positions: Array | None = None
+
+
+def attention_implementation(dtype, head_dim: int, num_queries: int = 2) -> str:
+    """The jax.nn.dot_product_attention implementation for these inputs: 'cudnn' or 'xla'.
+
+    'cudnn' (fused flash attention: no [T, S] scores in memory) on CUDA GPUs for bf16/fp16 inputs
+    with head_dim a multiple of 8 and <= 128 and more than one query (decoding steps attend from
+    one query, cheap anyway); 'xla' otherwise: CPU, TPU, fp32. Both softmax in fp32.
+    """
+    if num_queries < 2 or head_dim % 8 or head_dim > 128 or jnp.dtype(dtype) not in (jnp.bfloat16, jnp.float16):
+        return "xla"
+    device = jax.local_devices()[0]
+    cuda = device.platform == "gpu" and "cuda" in getattr(device.client, "platform_version", "").lower()
+    return "cudnn" if cuda else "xla"
+
+
+def _visible(mask: Mask, t: int, s: int, window: int | None) -> Array:
+    """Boolean [B or 1, T, S]: query i (slot offset + i) may see key slot j."""
+    q_slot = mask.offset + jnp.arange(t)[:, None]
+    k_slot = jnp.arange(s)[None, :]
+    if mask.keys is not None and mask.keys.ndim == 3:
+        allowed = mask.keys.astype(bool)
+        distance = mask.positions[:, :, None] - mask.positions[:, None, :]
     else:
-        allowed = key_mask[:, None, None, :].astype(bool)
+        allowed = jnp.ones((1, 1, s), bool) if mask.keys is None else mask.keys[:, None, :].astype(bool)
         distance = q_slot - k_slot
-    if causal:
+    if mask.causal:
         allowed = allowed & (k_slot <= q_slot)
-    if sliding_window is not None:
-        allowed = allowed & (distance < sliding_window)
-    return jnp.where(allowed, 0.0, MASKED).astype(jnp.float32)
+    if window is not None:
+        allowed = allowed & (distance < window)
+    return allowed
 
 
-def dot_product_attention(q: Array, k: Array, v: Array, bias: Array, *, scale: float) -> Array:
-    """Softmax attention with grouped-query heads, softmax in fp32.
+def attention(q: Array, k: Array, v: Array, mask: Mask, *, scale: float, window: int | None = None) -> Array:
+    """softmax(scale * q.k) v over the keys ``mask`` lets each query see (jax.nn.dot_product_attention).
 
-    q [B, T, H, D]; k, v [B, S, K, D] with H a multiple of K; bias [B, 1, T, S]. Returns [B, T, H*D].
+    q [B, T, N, D]; k, v [B, S, K, D], N a multiple of K (grouped-query heads, natively); returns
+    [B, T, N, D]. ``window``: a causal sliding window, a query sees keys fewer than ``window`` slots
+    back (positions back, for a [B, T, S] mask). Scores and softmax are fp32; fully masked rows
+    (padding) average over their keys, finite. Padding and causality go in as a [B, 1, 1, S]
+    boolean with is_causal / local_window_size when queries and keys are the same slots (``keys``
+    [B, S] or None, no cache offset, T == S); otherwise (decoding, packed rows) as one boolean
+    [B, 1, T, S]. No float bias is built here (cuDNN turns a boolean mask into one, in the compute
+    dtype).
     """
-    b, t, h, d = q.shape
-    kv = k.shape[2]
-    q = q.reshape(b, t, kv, h // kv, d)
-    scores = jnp.einsum("btkgd,bskd->bkgts", q, k, preferred_element_type=jnp.float32) * scale
-    probs = jax.nn.softmax(scores + bias[:, :, None], axis=-1).astype(v.dtype)
-    out = jnp.einsum("bkgts,bskd->btkgd", probs, v)
-    return out.reshape(b, t, h * d)
+    t, s = q.shape[1], k.shape[1]
+    k, v = k.astype(q.dtype), v.astype(q.dtype)
+    impl = attention_implementation(q.dtype, q.shape[-1], t)
+    same_slots = isinstance(mask.offset, int) and mask.offset == 0 and t == s
+    if same_slots and (mask.keys is None or mask.keys.ndim == 2):
+        allowed = None if mask.keys is None else mask.keys[:, None, None, :].astype(bool)
+        kw = dict(is_causal=mask.causal, local_window_size=None if window is None else (window - 1, 0))
+    else:
+        allowed, kw = _visible(mask, t, s, window)[:, None], {}
+    if impl == "cudnn" and allowed is not None:
+        allowed = jnp.broadcast_to(allowed, (allowed.shape[0], 1, t, s))
+    return jax.nn.dot_product_attention(q, k, v, mask=allowed, scale=scale, implementation=impl, **kw)
+
+
+def layer_attention(q, k, v, mask: Mask, *, scale: float, windows: tuple, kind) -> Array:
+    """``attention`` with the sliding window ``windows[kind]``, ``kind`` traced (a scanned layer's
+    input): one lax.switch branch per distinct window, only the layer's own runs."""
+    branches = [functools.partial(attention, mask=mask, scale=scale, window=w) for w in windows]
+    return branches[0](q, k, v) if len(branches) == 1 else jax.lax.switch(kind, branches, q, k, v)
 
 
 def update_cache(cache: LayerCache | None, k: Array, v: Array, index) -> tuple[Array, Array, LayerCache | None]:
@@ -264,6 +321,19 @@ def stacked(make: Callable[[nnx.Rngs], nnx.Module], num_layers: int, rngs: nnx.R
         if isinstance(var, nnx.Param):
             var.set_metadata(axes=("layers",) + tuple(var.get_metadata()["axes"]))
     return blocks
+
+
+def constrain(x: Array, axes: tuple) -> Array:
+    """Pin activation ``x``'s dims (logical names, lmprobe.models.axes) to mesh axes by the rules the
+    engine set with ``flax.nnx.logical_axis_rules`` under a mesh; a no-op outside them.
+
+    Without it XLA may keep the layer input of an FSDP-sharded model gathered over the batch and
+    shard weights' activations instead (twice the activation memory at 8 x 2048 tokens, opt-13b).
+    """
+    rules = dict(spmd.get_logical_axis_rules())
+    if not rules or jax.sharding.get_abstract_mesh().empty:
+        return x
+    return jax.lax.with_sharding_constraint(x, jax.sharding.PartitionSpec(*(rules.get(a) for a in axes)))
 
 
 def scan_layers(blocks: nnx.Module, step, carry, xs=None):

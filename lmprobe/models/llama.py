@@ -12,9 +12,10 @@ import jax.numpy as jnp
 from flax import nnx
 
 from lmprobe.models.base import HF, Family, ModelOutput, mask_and_positions, frozen, hf_hidden_states, hf_rope, run_blocks
+from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, VOCAB
 from lmprobe.models.layers import (
-    Embed, lm_logits, Linear, RMSNorm, activation, apply_rope, attention_bias,
-    dot_product_attention, rope_inv_freq, stacked, update_cache)
+    Embed, lm_logits, Linear, RMSNorm, activation, apply_rope, attention, rope_inv_freq, stacked,
+    update_cache)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,29 +58,27 @@ class LlamaAttention(nnx.Module):
     def __init__(self, cfg: LlamaConfig, *, dtype, param_dtype, rngs):
         d, h, kv, hd = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         kw = dict(use_bias=cfg.attention_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.q_proj = Linear(d, h * hd, axes=("embed", "heads"), **kw)
-        self.k_proj = Linear(d, kv * hd, axes=("embed", "kv_heads"), **kw)
-        self.v_proj = Linear(d, kv * hd, axes=("embed", "kv_heads"), **kw)
-        self.o_proj = Linear(h * hd, d, axes=("heads", "embed"), **kw)
-        self.shape = (h, kv, hd)
+        self.q_proj = Linear(d, (h, hd), axes=(EMBED, HEADS, HEAD_DIM), **kw)
+        self.k_proj = Linear(d, (kv, hd), axes=(EMBED, KV_HEADS, HEAD_DIM), **kw)
+        self.v_proj = Linear(d, (kv, hd), axes=(EMBED, KV_HEADS, HEAD_DIM), **kw)
+        self.o_proj = Linear((h, hd), d, axes=(HEADS, HEAD_DIM, EMBED), **kw)
+        self.scale, self.window = hd ** -0.5, cfg.sliding_window
         self.inv_freq = rope_inv_freq(hd, cfg.rope_theta, cfg.rope_scaling)  # static tuple
 
-    def __call__(self, x, *, bias, positions, cache, cache_index):
-        (b, t, _), (h, kv, hd) = x.shape, self.shape
-        q = apply_rope(self.q_proj(x).reshape(b, t, h, hd), positions, self.inv_freq)
-        k = apply_rope(self.k_proj(x).reshape(b, t, kv, hd), positions, self.inv_freq)
-        v = self.v_proj(x).reshape(b, t, kv, hd)
-        k, v, cache = update_cache(cache, k, v, cache_index)
-        return self.o_proj(dot_product_attention(q, k, v, bias, scale=hd ** -0.5)), cache
+    def __call__(self, x, *, mask, positions, cache, cache_index):
+        q = apply_rope(self.q_proj(x), positions, self.inv_freq)
+        k = apply_rope(self.k_proj(x), positions, self.inv_freq)
+        k, v, cache = update_cache(cache, k, self.v_proj(x), cache_index)
+        return self.o_proj(attention(q, k, v, mask, scale=self.scale, window=self.window)), cache
 
 
 class LlamaMLP(nnx.Module):
     def __init__(self, cfg: LlamaConfig, *, dtype, param_dtype, rngs):
         d, m = cfg.hidden_size, cfg.intermediate_size
         kw = dict(use_bias=cfg.mlp_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.gate_proj = Linear(d, m, axes=("embed", "mlp"), **kw)
-        self.up_proj = Linear(d, m, axes=("embed", "mlp"), **kw)
-        self.down_proj = Linear(m, d, axes=("mlp", "embed"), **kw)
+        self.gate_proj = Linear(d, m, axes=(EMBED, MLP), **kw)
+        self.up_proj = Linear(d, m, axes=(EMBED, MLP), **kw)
+        self.down_proj = Linear(m, d, axes=(MLP, EMBED), **kw)
         self.act = activation(cfg.hidden_act)
 
     def __call__(self, x):
@@ -94,8 +93,8 @@ class LlamaBlock(nnx.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps, **kw)
         self.mlp = LlamaMLP(cfg, **kw)
 
-    def __call__(self, x, *, bias, positions, cache, cache_index):
-        a, cache = self.self_attn(self.input_layernorm(x), bias=bias, positions=positions,
+    def __call__(self, x, *, mask, positions, cache, cache_index):
+        a, cache = self.self_attn(self.input_layernorm(x), mask=mask, positions=positions,
                                   cache=cache, cache_index=cache_index)
         x = x + a
         return x + self.mlp(self.post_attention_layernorm(x)), cache
@@ -111,7 +110,7 @@ class Llama(nnx.Module):
         self.layers = stacked(lambda r: LlamaBlock(cfg, rngs=r, **kw), cfg.num_hidden_layers, rngs)
         self.norm = RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps, rngs=rngs, **kw)
         self.lm_head = None if cfg.tie_word_embeddings else Linear(
-            cfg.hidden_size, cfg.vocab_size, axes=("embed", "vocab"), use_bias=False, rngs=rngs, **kw)
+            cfg.hidden_size, cfg.vocab_size, axes=(EMBED, VOCAB), use_bias=False, rngs=rngs, **kw)
 
     def embed(self, input_ids):
         return self.embed_tokens(input_ids)
@@ -123,11 +122,8 @@ class Llama(nnx.Module):
     def __call__(self, input_ids=None, attention_mask=None, *, inputs_embeds=None, positions=None,
                  cache=None, cache_index=0, output_hidden_states=False, compute_logits=True):
         h = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
-        t = h.shape[1]
-        key_mask, positions = mask_and_positions(h, attention_mask, positions, cache_index)
-        bias = attention_bias(key_mask, t, causal=True, query_offset=cache_index,
-                              sliding_window=self.config.sliding_window, positions=positions)
-        out, per_layer, cache = run_blocks(self.layers, h, bias=bias, positions=positions, cache=cache,
+        mask, positions = mask_and_positions(h, attention_mask, positions, cache_index)
+        out, per_layer, cache = run_blocks(self.layers, h, mask=mask, positions=positions, cache=cache,
                                            cache_index=cache_index,
                                            output_hidden_states=output_hidden_states)
         last = self.norm(out)

@@ -19,9 +19,9 @@ import jax.numpy as jnp
 from flax import nnx
 
 from lmprobe.models.base import HF, Family, ModelOutput, mask_and_positions, hf_hidden_states, run_blocks
+from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, POSITIONS, VOCAB
 from lmprobe.models.layers import (
-    Embed, lm_logits, LayerNorm, Linear, activation, attention_bias, check_length,
-    dot_product_attention, stacked, update_cache)
+    Embed, lm_logits, LayerNorm, Linear, activation, attention, check_length, stacked, update_cache)
 
 POSITION_OFFSET = 2  # OPT's position table has two leading rows (a fairseq padding-index relic)
 LAYER_NORM_EPS = 1e-5  # torch's nn.LayerNorm default; OPT's config has no eps field
@@ -73,21 +73,18 @@ def _layer_norm(cfg: OPTConfig, **kw) -> LayerNorm:
 
 class OPTAttention(nnx.Module):
     def __init__(self, cfg: OPTConfig, *, dtype, param_dtype, rngs):
-        d = cfg.hidden_size
+        d, h, hd = cfg.hidden_size, cfg.num_attention_heads, cfg.head_dim
         kw = dict(use_bias=cfg.enable_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.k_proj = Linear(d, d, axes=("embed", "heads"), **kw)
-        self.v_proj = Linear(d, d, axes=("embed", "heads"), **kw)
-        self.q_proj = Linear(d, d, axes=("embed", "heads"), **kw)
-        self.out_proj = Linear(d, d, axes=("heads", "embed"), **kw)
-        self.shape = (cfg.num_attention_heads, cfg.head_dim)
+        self.k_proj = Linear(d, (h, hd), axes=(EMBED, KV_HEADS, HEAD_DIM), **kw)
+        self.v_proj = Linear(d, (h, hd), axes=(EMBED, KV_HEADS, HEAD_DIM), **kw)
+        self.q_proj = Linear(d, (h, hd), axes=(EMBED, HEADS, HEAD_DIM), **kw)
+        self.out_proj = Linear((h, hd), d, axes=(HEADS, HEAD_DIM, EMBED), **kw)
+        self.scale = hd ** -0.5
 
-    def __call__(self, x, *, bias, positions, cache, cache_index):
-        (b, t, _), (h, hd) = x.shape, self.shape
-        q = (self.q_proj(x) * hd ** -0.5).reshape(b, t, h, hd)  # scaled before q.k, as HF does
-        k = self.k_proj(x).reshape(b, t, h, hd)
-        v = self.v_proj(x).reshape(b, t, h, hd)
-        k, v, cache = update_cache(cache, k, v, cache_index)
-        return self.out_proj(dot_product_attention(q, k, v, bias, scale=1.0)), cache
+    def __call__(self, x, *, mask, positions, cache, cache_index):
+        q = self.q_proj(x) * self.scale  # scaled before q.k, as HF does
+        k, v, cache = update_cache(cache, self.k_proj(x), self.v_proj(x), cache_index)
+        return self.out_proj(attention(q, k, v, mask, scale=1.0)), cache
 
 
 class OPTDecoderLayer(nnx.Module):
@@ -95,15 +92,15 @@ class OPTDecoderLayer(nnx.Module):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.self_attn = OPTAttention(cfg, **kw)
         self.self_attn_layer_norm = _layer_norm(cfg, **kw)
-        self.fc1 = Linear(cfg.hidden_size, cfg.ffn_dim, axes=("embed", "mlp"), use_bias=cfg.enable_bias, **kw)
-        self.fc2 = Linear(cfg.ffn_dim, cfg.hidden_size, axes=("mlp", "embed"), use_bias=cfg.enable_bias, **kw)
+        self.fc1 = Linear(cfg.hidden_size, cfg.ffn_dim, axes=(EMBED, MLP), use_bias=cfg.enable_bias, **kw)
+        self.fc2 = Linear(cfg.ffn_dim, cfg.hidden_size, axes=(MLP, EMBED), use_bias=cfg.enable_bias, **kw)
         self.final_layer_norm = _layer_norm(cfg, **kw)
         self.act = activation(cfg.activation_function)
         self.do_layer_norm_before = cfg.do_layer_norm_before
 
-    def __call__(self, x, *, bias, positions, cache, cache_index):
+    def __call__(self, x, *, mask, positions, cache, cache_index):
         pre = self.do_layer_norm_before  # False: post-norm (opt-350m)
-        a, cache = self.self_attn(self.self_attn_layer_norm(x) if pre else x, bias=bias,
+        a, cache = self.self_attn(self.self_attn_layer_norm(x) if pre else x, mask=mask,
                                   positions=positions, cache=cache, cache_index=cache_index)
         x = x + a
         if not pre:
@@ -123,15 +120,15 @@ class OPT(nnx.Module):
         self.config = cfg
         self.embed_tokens = Embed(cfg.vocab_size, w, rngs=rngs, **kw)
         self.embed_positions = Embed(cfg.max_position_embeddings + POSITION_OFFSET, d,
-                                     axes=("positions", "embed"), rngs=rngs, **kw)
+                                     axes=(POSITIONS, EMBED), rngs=rngs, **kw)
         # word_embed_proj_dim and hidden_size are both model widths; only the latter is sharded.
         projected = w != d
-        self.project_in = Linear(w, d, axes=(None, "embed"), use_bias=False, rngs=rngs, **kw) if projected else None
-        self.project_out = Linear(d, w, axes=("embed", None), use_bias=False, rngs=rngs, **kw) if projected else None
+        self.project_in = Linear(w, d, axes=(None, EMBED), use_bias=False, rngs=rngs, **kw) if projected else None
+        self.project_out = Linear(d, w, axes=(EMBED, None), use_bias=False, rngs=rngs, **kw) if projected else None
         self.layers = stacked(lambda r: OPTDecoderLayer(cfg, rngs=r, **kw), cfg.num_hidden_layers, rngs)
         self.final_layer_norm = _layer_norm(cfg, rngs=rngs, **kw) if cfg.has_final_layer_norm else None
         self.lm_head = None if cfg.tie_word_embeddings else Linear(
-            w, cfg.vocab_size, axes=("embed", "vocab"), use_bias=False, rngs=rngs, **kw)
+            w, cfg.vocab_size, axes=(EMBED, VOCAB), use_bias=False, rngs=rngs, **kw)
 
     def embed(self, input_ids):
         """Token embeddings (HF's inputs_embeds); project_in and positions are applied in __call__."""
@@ -146,14 +143,12 @@ class OPT(nnx.Module):
     def __call__(self, input_ids=None, attention_mask=None, *, inputs_embeds=None, positions=None,
                  cache=None, cache_index=0, output_hidden_states=False, compute_logits=True):
         h = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
-        t = h.shape[1]
-        key_mask, positions = mask_and_positions(h, attention_mask, positions, cache_index)
-        check_length(key_mask.shape[-1], self.config.max_position_embeddings)
+        mask, positions = mask_and_positions(h, attention_mask, positions, cache_index)
+        check_length(mask.keys.shape[-1], self.config.max_position_embeddings)
         if self.project_in is not None:
             h = self.project_in(h)
         h = h + self.embed_positions(positions + POSITION_OFFSET)
-        bias = attention_bias(key_mask, t, causal=True, query_offset=cache_index, positions=positions)
-        out, per_layer, cache = run_blocks(self.layers, h, bias=bias, positions=positions, cache=cache,
+        out, per_layer, cache = run_blocks(self.layers, h, mask=mask, positions=positions, cache=cache,
                                            cache_index=cache_index,
                                            output_hidden_states=output_hidden_states)
         last = out if self.final_layer_norm is None else self.final_layer_norm(out)

@@ -22,7 +22,8 @@ from flax import nnx
 
 from lmprobe.errors import CheckpointError, LmprobeError
 from lmprobe.models.base import HF, Family, ModelOutput, run_blocks
-from lmprobe.models.layers import LayerNorm, Linear, activation, dot_product_attention, param, stacked
+from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, POSITIONS
+from lmprobe.models.layers import LayerNorm, Linear, Mask, activation, attention, param, stacked
 
 PREPROCESSOR_CONFIG = "preprocessor_config.json"
 # transformers' ViTImageProcessor defaults (IMAGENET_STANDARD_MEAN / _STD)
@@ -81,8 +82,8 @@ class ViTPatchProjection(nnx.Module):
 
     def __init__(self, cfg: ViTConfig, *, dtype, param_dtype, rngs):
         (ph, pw), d = cfg.patch_size, cfg.hidden_size
-        self.kernel = param(rngs, (pw, ph, cfg.num_channels, d), (None, None, None, "embed"), param_dtype)
-        self.bias = param(rngs, (d,), ("embed",), param_dtype, nnx.initializers.zeros)
+        self.kernel = param(rngs, (pw, ph, cfg.num_channels, d), (None, None, None, EMBED), param_dtype)
+        self.bias = param(rngs, (d,), (EMBED,), param_dtype, nnx.initializers.zeros)
         self.cfg, self.dtype = cfg, dtype
 
     def __call__(self, pixel_values):
@@ -97,8 +98,8 @@ class ViTEmbeddings(nnx.Module):
     def __init__(self, cfg: ViTConfig, *, dtype, param_dtype, rngs):
         gh, gw = cfg.grid
         d = cfg.hidden_size
-        self.cls_token = param(rngs, (1, 1, d), (None, None, "embed"), param_dtype)
-        self.position_embeddings = param(rngs, (1, 1 + gh * gw, d), (None, "positions", "embed"), param_dtype)
+        self.cls_token = param(rngs, (1, 1, d), (None, None, EMBED), param_dtype)
+        self.position_embeddings = param(rngs, (1, 1 + gh * gw, d), (None, POSITIONS, EMBED), param_dtype)
         self.patch_embeddings = ViTPatchProjection(cfg, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.dtype = dtype
 
@@ -112,23 +113,22 @@ class ViTAttention(nnx.Module):
     def __init__(self, cfg: ViTConfig, *, dtype, param_dtype, rngs):
         d, h, hd = cfg.hidden_size, cfg.num_attention_heads, cfg.head_dim
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.q_proj = Linear(d, h * hd, axes=("embed", "heads"), use_bias=cfg.qkv_bias, **kw)
-        self.k_proj = Linear(d, h * hd, axes=("embed", "heads"), use_bias=cfg.qkv_bias, **kw)
-        self.v_proj = Linear(d, h * hd, axes=("embed", "heads"), use_bias=cfg.qkv_bias, **kw)
-        self.o_proj = Linear(h * hd, d, axes=("heads", "embed"), **kw)
-        self.shape = (h, hd)
+        self.q_proj = Linear(d, (h, hd), axes=(EMBED, HEADS, HEAD_DIM), use_bias=cfg.qkv_bias, **kw)
+        self.k_proj = Linear(d, (h, hd), axes=(EMBED, KV_HEADS, HEAD_DIM), use_bias=cfg.qkv_bias, **kw)
+        self.v_proj = Linear(d, (h, hd), axes=(EMBED, KV_HEADS, HEAD_DIM), use_bias=cfg.qkv_bias, **kw)
+        self.o_proj = Linear((h, hd), d, axes=(HEADS, HEAD_DIM, EMBED), **kw)
+        self.scale = hd ** -0.5
 
-    def __call__(self, x, bias):
-        (b, t, _), (h, hd) = x.shape, self.shape
-        q, k, v = (proj(x).reshape(b, t, h, hd) for proj in (self.q_proj, self.k_proj, self.v_proj))
-        return self.o_proj(dot_product_attention(q, k, v, bias, scale=hd ** -0.5))
+    def __call__(self, x, mask):
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        return self.o_proj(attention(q, k, v, mask, scale=self.scale))
 
 
 class ViTMLP(nnx.Module):
     def __init__(self, cfg: ViTConfig, *, dtype, param_dtype, rngs):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.fc1 = Linear(cfg.hidden_size, cfg.intermediate_size, axes=("embed", "mlp"), **kw)
-        self.fc2 = Linear(cfg.intermediate_size, cfg.hidden_size, axes=("mlp", "embed"), **kw)
+        self.fc1 = Linear(cfg.hidden_size, cfg.intermediate_size, axes=(EMBED, MLP), **kw)
+        self.fc2 = Linear(cfg.intermediate_size, cfg.hidden_size, axes=(MLP, EMBED), **kw)
         self.act = activation(cfg.hidden_act)
 
     def __call__(self, x):
@@ -143,14 +143,14 @@ class ViTLayer(nnx.Module):
         self.layernorm_after = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, **kw)
         self.mlp = ViTMLP(cfg, **kw)
 
-    def __call__(self, x, *, bias, positions, cache, cache_index):
-        x = x + self.attention(self.layernorm_before(x), bias)
+    def __call__(self, x, *, mask, positions, cache, cache_index):
+        x = x + self.attention(self.layernorm_before(x), mask)
         return x + self.mlp(self.layernorm_after(x)), cache
 
 
 class ViTPooler(nnx.Module):
     def __init__(self, cfg: ViTConfig, *, dtype, param_dtype, rngs):
-        self.dense = Linear(cfg.hidden_size, cfg.pooler_output_size, axes=("embed", None),
+        self.dense = Linear(cfg.hidden_size, cfg.pooler_output_size, axes=(EMBED, None),
                             dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.act = activation(cfg.pooler_act)
 
@@ -206,8 +206,7 @@ class ViT(nnx.Module):
     def __call__(self, pixel_values, output_hidden_states=False):
         self.check_pixels(pixel_values.shape)
         h = self.embeddings(pixel_values)
-        no_mask = jnp.zeros((1, 1, 1, 1), jnp.float32)  # every token attends to every token
-        out, per_layer, _ = run_blocks(self.layers, h, bias=no_mask, positions=None, cache=None,
+        out, per_layer, _ = run_blocks(self.layers, h, mask=Mask(None), positions=None, cache=None,
                                        cache_index=0, output_hidden_states=output_hidden_states)
         hidden = None if per_layer is None else jnp.concatenate([h[None], per_layer], axis=0)
         return ModelOutput(self.layernorm(out), hidden)

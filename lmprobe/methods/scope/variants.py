@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from lmprobe.errors import LmprobeError
+from lmprobe.models.axes import HEAD_DIM
 
 KINDS = ("bf16", "int8", "drop-layer=K")
 
@@ -39,12 +40,23 @@ def cast_bf16(model: nnx.Module) -> None:
 
 
 def fake_quantize_int8(model: nnx.Module) -> None:
-    """Kernels [.., in, out]: one scale per output column; embeddings [.., V, D]: one per row."""
+    """Kernels [.., in, out]: one scale per output column; embeddings [.., V, D]: one per row.
+
+    Attention kernels keep heads apart: q/k/v [.., embed, heads, head_dim] scale per (head, dim),
+    output projections [.., heads, head_dim, embed] reduce over both input dims."""
     for path, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
         value, leaf = var.get_value(), str(path[-1])
         if leaf not in ("kernel", "embedding") or value.ndim < 2:
             continue
-        axis = -2 if leaf == "kernel" else -1
+        axes = tuple(var.get_metadata().get("axes") or ())
+        if leaf == "embedding":
+            axis = -1
+        elif axes[-1:] == (HEAD_DIM,):
+            axis = -3
+        elif axes[-2:-1] == (HEAD_DIM,):
+            axis = (-3, -2)
+        else:
+            axis = -2
         scale = jnp.maximum(jnp.abs(value).max(axis=axis, keepdims=True), 1e-12) / 127.0
         var.set_value((jnp.clip(jnp.round(value / scale), -127, 127) * scale).astype(value.dtype))
 
