@@ -1,0 +1,628 @@
+"""A memory plan before loading: will this model, dtype, mesh and batch fit the devices?
+
+From config.json alone (the model is built abstractly with ``nnx.eval_shape``; no weight is
+read), for a mesh that may be simulated (8 CPU devices standing in for a TPU slice):
+
+- parameter bytes per device: each parameter's bytes divided by the number of devices its
+  PartitionSpec (``mesh.spec_for`` under the sharding rules) splits it over;
+- the engine's scoring step (decoders: ``_token_logprobs``) or embedding step (encoders:
+  ``pooled_embedding``, mean pooling), compiled ahead of time for abstract, sharded arguments,
+  with XLA's memory analysis per device: arguments (parameters and the batch), outputs and
+  temporaries (activations);
+- given a memory size (HBM per device), the largest batch per length bucket that fits: peak
+  memory is close to linear in the batch, so two compiles give a line, a third checks its
+  prediction (and a few more refine it only when the check fails).
+
+``check_fits`` raises one LmprobeError, before any weight is read, that names the flag that
+fixes it (--model_parallel, --sharding, --dtype, --batch_size, --max_length).
+
+Batch sizes here are rows per 'data' shard (per device along the data axis), the unit of the
+Scorer's batch_size; the global batch is that times ``mesh.shape['data']``.
+
+    plan("opt-13b", dtype=jnp.bfloat16, mesh=make_mesh(1), hbm_bytes=parse_bytes("16GiB")).table()
+
+Caveat: on CPU (a simulated mesh) XLA's CPU compiler decides fusion and buffer reuse; the
+temporaries it reports approximate what the TPU/GPU compilers need (see
+``_Planner.compiler_options`` for the one CPU-only artifact that is switched off).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import os
+import re
+import time
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from lmprobe.engine.batching import LENGTH_BUCKETS
+from lmprobe.engine.mesh import DATA, MODEL, RULES, batch_sharding, make_mesh, spec_for, tracing_on
+from lmprobe.errors import CheckpointError, LmprobeError
+
+REPRESENTATIVE_BUCKETS = (128, 512, 2048)  # plus the largest (max_length)
+SEARCH_CAP = 4096  # rows per data shard: the search never proposes more
+_REFINE = 3  # compiles after the first two, per bucket, at most
+CPU_DISABLED_PASSES = "while-loop-invariant-code-motion"  # see _Planner.compiler_options
+
+
+# ------------------------------------------------------------------------------- sizes
+
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_bytes(text: str | int | float, *, flag: str = "--hbm") -> int:
+    """Bytes from '16GiB', '32GiB', '80GB', '80e9', '512MiB', 2**30 (K/M/G/T alone: binary)."""
+    if isinstance(text, (int, float)):
+        return int(text)
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
+    if not m or m.group(2).lower() not in _UNITS:
+        raise LmprobeError(f"{flag}={text} is not a memory size: write e.g. 16GiB, 32GiB, 80GB or 80e9")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def format_bytes(n: int | float | None) -> str:
+    if n is None:
+        return "-"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e9:.3f} B" if n >= 1e9 else f"{n / 1e6:.1f} M" if n >= 1e6 else f"{n:,}"
+
+
+def device_hbm(devices) -> int | None:
+    """The memory a device lets XLA use (``memory_stats()['bytes_limit']``: GPU, TPU), else None."""
+    devices = list(devices)
+    local = [d for d in devices if d.process_index == jax.process_index()] or devices
+    try:
+        stats = local[0].memory_stats()
+    except Exception:  # backends without memory stats (CPU) raise or return None
+        return None
+    limit = (stats or {}).get("bytes_limit")
+    return int(limit) if limit else None
+
+
+# ------------------------------------------------------------------------------- config
+
+
+def hf_config(model: str | os.PathLike | dict, *, offline: bool | None = None) -> tuple[dict, str]:
+    """(config.json contents, where they came from) for a model argument, reading no weights.
+
+    Local directory (its config.json), a config.json file, a .gguf file (the config its metadata
+    gives) or an embedded model; an alias or hub id: its hub-cache config.json, else the config
+    lmprobe ships (lmprobe/checkpoints/configs), else (online) config.json alone from the hub.
+    """
+    from lmprobe.checkpoints import aliases, hub
+    from lmprobe.checkpoints.base import read_json
+    from lmprobe.checkpoints.configs import path_of, shipped_config
+    from lmprobe.checkpoints.embedded import embedded_path
+    from lmprobe.checkpoints.resolve import HOW_TO, HUB_ID
+
+    if isinstance(model, dict):
+        config, where = dict(model), "the given config"
+    else:
+        name = os.fspath(model)
+        path = os.path.expanduser(name)
+        local = path if os.path.exists(path) else embedded_path(name)
+        if local is not None:
+            config, where = _local_config(name, local, read_json)
+        else:
+            repo = aliases.lookup(name) or (name if HUB_ID.fullmatch(name) else None)
+            if repo is None:
+                raise CheckpointError(f"unknown model '{name}': {HOW_TO}")
+            snapshot = hub.cached_snapshot(repo, None)  # never touches the network
+            if snapshot is not None and os.path.isfile(os.path.join(snapshot, "config.json")):
+                where = os.path.join(snapshot, "config.json")
+                config = read_json(where, "model config")
+            elif (shipped := shipped_config(name)) is not None:
+                config, where = shipped, path_of(name)
+            elif not hub.is_offline(offline):
+                where = _download_config(name, repo)
+                config = read_json(where, "model config")
+            else:
+                raise hub.not_cached(name, repo, "lmprobe ships no config for it (offline mode is on)")
+    if not isinstance(config, dict) or not config.get("model_type"):
+        raise CheckpointError(f"model config from {where} has no 'model_type': add the architecture "
+                              "(e.g. \"model_type\": \"llama\") or re-download it")
+    return config, where
+
+
+def _local_config(name: str, local: str, read_json) -> tuple[dict, str]:
+    if os.path.isdir(local):
+        path = os.path.join(local, "config.json")
+        if not os.path.isfile(path):
+            raise CheckpointError(f"checkpoint directory '{local}' has no config.json: pass a Hugging "
+                                  "Face model directory, a config.json file or a .gguf file")
+        return read_json(path, "model config"), path
+    if local.lower().endswith(".json"):
+        return read_json(local, "model config"), local
+    if local.lower().endswith(".gguf"):
+        from lmprobe.checkpoints.gguf_io import open_gguf
+
+        config, _ = open_gguf(local)  # metadata only; tensors are read lazily, and never here
+        return config, local
+    raise CheckpointError(f"model path '{name}' is neither a directory, a config.json nor a .gguf file")
+
+
+def _download_config(name: str, repo: str) -> str:
+    from huggingface_hub import hf_hub_download
+
+    from lmprobe.checkpoints import hub
+
+    try:
+        return hf_hub_download(repo, "config.json", cache_dir=hub.cache_dir())
+    except Exception as e:  # network, gated or missing repository: one line
+        raise hub.not_cached(name, repo, f"its config.json could not be downloaded ({type(e).__name__})") from None
+
+
+# ------------------------------------------------------------------------------- results
+
+
+@dataclasses.dataclass(frozen=True)
+class StepMemory:
+    """XLA's memory analysis of one compiled step, per device."""
+
+    rows: int  # per data shard
+    global_rows: int
+    length: int
+    argument_bytes: int  # parameters + the batch
+    output_bytes: int
+    temp_bytes: int  # activations and other temporaries
+    alias_bytes: int
+    code_bytes: int
+    compile_seconds: float
+
+    @property
+    def peak_bytes(self) -> int:
+        """Everything live at once, at worst: arguments + outputs + temporaries (- aliased) + code."""
+        return self.argument_bytes + self.output_bytes + self.temp_bytes - self.alias_bytes + self.code_bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class BucketFit:
+    """The largest batch that fits at one bucket length (rows per data shard; 0: not even one)."""
+
+    length: int
+    rows: int
+    global_rows: int
+    peak_bytes: int | None  # at ``rows`` (None when rows == 0)
+    compiles: int
+    capped: bool  # the search stopped at its cap (more may fit)
+
+
+@dataclasses.dataclass
+class Plan:
+    """What ``plan`` found: sizes are bytes per device unless named otherwise; ``table()`` renders
+    it for a terminal, ``to_dict()`` for JSON."""
+
+    model: str
+    source: str  # where config.json came from
+    family: str
+    decoder: bool
+    step: str  # the engine function compiled
+    dtype: str
+    platform: str
+    devices: int
+    mesh_shape: dict
+    strategy: str
+    num_params: int
+    param_bytes: int  # all parameters, unsharded
+    param_bytes_per_device: int
+    hbm_bytes: int | None
+    batch_size: int  # rows per data shard
+    max_length: int
+    step_memory: StepMemory | None  # at (rows at max_length, max_length); None when not compiled
+    buckets: list[BucketFit] = dataclasses.field(default_factory=list)
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def params_fit(self) -> bool | None:
+        return None if self.hbm_bytes is None else self.param_bytes_per_device <= self.hbm_bytes
+
+    @property
+    def fits(self) -> bool | None:
+        """Parameters and the step at batch_size x max_length within hbm_bytes (None: unknown)."""
+        if self.hbm_bytes is None:
+            return None
+        if not self.params_fit:
+            return False
+        return None if self.step_memory is None else self.step_memory.peak_bytes <= self.hbm_bytes
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["fits"] = self.fits
+        if self.step_memory is not None:
+            d["step_memory"]["peak_bytes"] = self.step_memory.peak_bytes
+        return d
+
+    def table(self) -> str:
+        g = format_bytes
+        mesh = " x ".join(f"{k}={v}" for k, v in self.mesh_shape.items())
+        hbm = f"{g(self.hbm_bytes)} per device" if self.hbm_bytes else "no limit given (report only)"
+        lines = [
+            f"memory plan: {self.model} ({self.family}, {'decoder' if self.decoder else 'encoder'}; "
+            f"config {self.source})",
+            f"  {self.dtype} on {self.devices} {self.platform} device(s), mesh {mesh}, sharding "
+            f"{self.strategy}; memory {hbm}",
+            f"  parameters: {_count(self.num_params)} = {g(self.param_bytes)}; "
+            f"{g(self.param_bytes_per_device)} per device"
+            + ("" if self.params_fit is not False else "  [DOES NOT FIT]"),
+        ]
+        s = self.step_memory
+        if s is not None:
+            lines += [
+                f"  step {self.step} at {s.rows} rows/device ({s.global_rows} global) x {s.length} tokens, "
+                f"per device (compiled in {s.compile_seconds:.1f} s):",
+                f"    arguments {g(s.argument_bytes)} (parameters {g(self.param_bytes_per_device)}), "
+                f"outputs {g(s.output_bytes)}, temporaries (activations) {g(s.temp_bytes)}",
+                f"    peak {g(s.peak_bytes)}"
+                + ("" if self.hbm_bytes is None else ("  [fits]" if s.peak_bytes <= self.hbm_bytes
+                                                       else "  [DOES NOT FIT]")),
+            ]
+        if self.buckets:
+            lines.append(f"  largest batch that fits {g(self.hbm_bytes)} (rows per device / global):")
+            lines.append(f"    {'bucket':>7} {'rows/dev':>9} {'global':>8} {'peak/dev':>12} {'compiles':>9}")
+            for b in self.buckets:
+                rows = f"{b.rows}{'+' if b.capped else ''}"
+                lines.append(f"    {b.length:>7} {rows:>9} {b.global_rows:>8} {g(b.peak_bytes):>12} {b.compiles:>9}")
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------- the planner
+
+
+@dataclasses.dataclass(frozen=True)
+class _Param:
+    path: str
+    shape: tuple
+    dtype: np.dtype
+    axes: tuple | None
+    is_param: bool
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * np.dtype(self.dtype).itemsize
+
+
+def _devices_split(spec: PartitionSpec, mesh: Mesh) -> int:
+    n = 1
+    for entry in spec:
+        for axis in entry if isinstance(entry, tuple) else (entry,):
+            if axis is not None:
+                n *= mesh.shape[axis]
+    return n
+
+
+class _Planner:
+    """One model built abstractly; parameter bytes and compiled steps for any mesh and rules."""
+
+    def __init__(self, hf: dict, dtype, where: str):
+        from lmprobe.models import family_for
+
+        self.family = family_for(hf, where=where)
+        self.cfg = self.family.config_from_hf(hf)
+        self.dtype = jnp.dtype(dtype)
+        model = nnx.eval_shape(lambda: self.family.model(self.cfg, dtype=self.dtype, param_dtype=self.dtype,
+                                                         rngs=nnx.Rngs(0)))
+        self.decoder = bool(getattr(self.family, "is_decoder", hasattr(model, "logits")))
+        self.takes_text = getattr(self.family.model, "takes_text", True)
+        self.max_length = int(getattr(model, "max_length", None)
+                              or getattr(self.cfg, "max_position_embeddings", 0) or 0)
+        self.graphdef, self.state = nnx.split(model)
+        self.vars = list(nnx.to_flat_state(self.state))
+        self.params = []
+        for path, var in self.vars:
+            value = var.get_value()
+            axes = (var.get_metadata() or {}).get("axes")
+            self.params.append(_Param(".".join(map(str, path)), tuple(value.shape), np.dtype(value.dtype),
+                                      None if axes is None else tuple(axes), isinstance(var, nnx.Param)))
+        self._steps: dict = {}
+
+    @property
+    def step_name(self) -> str:
+        return "_token_logprobs" if self.decoder else "pooled_embedding(pooling='mean')"
+
+    def spec(self, p: _Param, mesh: Mesh, strategy: str) -> PartitionSpec:
+        if p.axes is None:
+            return PartitionSpec()
+        return spec_for(p.shape, p.axes, mesh, RULES[strategy])
+
+    def bytes_per_device(self, mesh: Mesh, strategy: str) -> int:
+        return sum(-(-p.nbytes // _devices_split(self.spec(p, mesh, strategy), mesh)) for p in self.params)
+
+    @property
+    def num_params(self) -> int:
+        return sum(math.prod(p.shape) for p in self.params if p.is_param)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(p.nbytes for p in self.params)
+
+    def compiler_options(self, mesh: Mesh) -> dict | None:
+        """On CPU with 16-bit parameters, no loop-invariant code motion: XLA's CPU compiler runs
+        bf16 matmuls in f32 and would hoist an f32 copy of every layer's weights out of the layer
+        scan (2x the parameter shard, e.g. +6 GiB per device for opt-13b on 8 devices), which
+        TPU and GPU, with native bf16 matmuls, never hold."""
+        if mesh.devices.flat[0].platform == "cpu" and self.dtype.itemsize < 4:
+            return {"xla_disable_hlo_passes": CPU_DISABLED_PASSES}
+        return None
+
+    def step(self, mesh: Mesh, strategy: str, rows: int, length: int) -> StepMemory | None:
+        """The engine's step compiled for ``rows`` per data shard x ``length`` (memoized)."""
+        key = (id(mesh), strategy, rows, length)
+        if key not in self._steps:
+            self._steps[key] = self._compile(mesh, strategy, rows, length)
+        return self._steps[key]
+
+    def _compile(self, mesh, strategy, rows, length) -> StepMemory | None:
+        from lmprobe.engine import scorer  # the engine's own jitted bodies
+
+        for (path, var), p in zip(self.vars, self.params):
+            sharding = NamedSharding(mesh, self.spec(p, mesh, strategy))
+            var.set_value(jax.ShapeDtypeStruct(p.shape, p.dtype, sharding=sharding))
+        graphdef = self.graphdef
+        body = (scorer._token_logprobs if self.decoder else
+                functools.partial(scorer.pooled_embedding, pooling="mean", layer=-1))
+
+        def traced(state, ids, mask):  # as Scorer._jit: fn(merged model, *args), rows stay sharded
+            with tracing_on(mesh):
+                return body(nnx.merge(graphdef, state), ids, mask)
+
+        global_rows = rows * mesh.shape[DATA]
+        batch = jax.ShapeDtypeStruct((global_rows, length), jnp.int32, sharding=batch_sharding(mesh))
+        start = time.perf_counter()
+        lowered = jax.jit(traced, out_shardings=batch_sharding(mesh, 1)).lower(self.state, batch, batch)
+        compiled = lowered.compile(compiler_options=self.compiler_options(mesh))
+        seconds = time.perf_counter() - start
+        m = compiled.memory_analysis()
+        if m is None:
+            return None
+        return StepMemory(rows, global_rows, length, int(m.argument_size_in_bytes), int(m.output_size_in_bytes),
+                          int(m.temp_size_in_bytes), int(m.alias_size_in_bytes),
+                          int(getattr(m, "generated_code_size_in_bytes", 0) or 0), seconds)
+
+    def largest_rows(self, mesh, strategy, length, limit, *, probe: int, cap: int) -> BucketFit:
+        """The most rows per data shard (<= cap) whose step peaks within ``limit`` bytes.
+
+        Peak memory is close to linear in rows: compile at 1 and ``probe`` rows, predict where
+        the line meets the limit, compile there to check; refine between the closest rows known
+        to fit and not to fit only when the check disagrees."""
+        data = mesh.shape[DATA]
+        known: dict[int, int] = {}
+        compiles = 0
+
+        def peak(r):
+            nonlocal compiles
+            if r not in known:
+                before = len(self._steps)
+                known[r] = self.step(mesh, strategy, r, length).peak_bytes
+                compiles += len(self._steps) > before
+            return known[r]
+
+        def result(r, capped=False):
+            return BucketFit(length, r, r * data, known.get(r), compiles, capped)
+
+        if cap < 1 or peak(1) > limit:
+            return result(0)
+        lo, hi = 1, None  # largest known to fit, smallest known not to
+        second = min(max(2, probe), cap)
+        if second > 1:
+            if peak(second) <= limit:
+                lo = second
+            else:
+                hi = second
+        for _ in range(_REFINE):
+            if (hi - lo <= 1) if hi is not None else (lo >= cap):
+                break
+            other = hi if hi is not None else max((r for r in known if r < lo), default=None)
+            if other is None:
+                break
+            upper = cap if hi is None else hi - 1
+            slope = (known[other] - known[lo]) / (other - lo)  # the line through lo and its neighbour
+            guess = upper if slope <= 0 else min(upper, lo + int((limit - known[lo]) // slope))
+            if guess <= lo:
+                if hi is None:
+                    break  # the line says lo + 1 does not fit
+                guess = lo + 1
+            if peak(guess) <= limit:
+                lo = guess
+            else:
+                hi = guess
+        return result(lo, capped=hi is None and lo >= cap)
+
+
+def _buckets_for(max_length: int, buckets: Sequence[int] | None) -> list[int]:
+    chosen = REPRESENTATIVE_BUCKETS if buckets is None else buckets
+    return sorted({min(int(b), max_length) for b in chosen} | {max_length})
+
+
+def rows_at(length: int, batch_size: int, max_tokens: int | None) -> int:
+    """Rows per data shard at ``length``: batch_size, capped at max_tokens tokens (the Scorer's rule)."""
+    return batch_size if max_tokens is None else max(1, min(batch_size, max_tokens // length))
+
+
+# ------------------------------------------------------------------------------- entry points
+
+
+def _setup(config_or_name, dtype, mesh, strategy, max_length, offline):
+    if strategy not in RULES:
+        raise LmprobeError(f"--sharding={strategy} is not one of {', '.join(RULES)}")
+    hf, source = hf_config(config_or_name, offline=offline)
+    planner = _Planner(hf, dtype, source)
+    mesh = mesh if mesh is not None else make_mesh()
+    limit = planner.max_length or max_length
+    if max_length is not None and limit and max_length > limit:
+        raise LmprobeError(f"--max_length={max_length} is longer than the model's context of {limit} "
+                           f"tokens: pass --max_length={limit} or less")
+    name = os.fspath(config_or_name) if not isinstance(config_or_name, dict) else (
+        config_or_name.get("_name_or_path") or config_or_name["model_type"])
+    return planner, mesh, int(max_length or limit), name, source
+
+
+def _base_plan(planner: _Planner, mesh: Mesh, name, source, strategy, batch_size, max_length, hbm) -> Plan:
+    devices = list(mesh.devices.flat)
+    return Plan(model=name, source=source, family=planner.family.name, decoder=planner.decoder,
+                step=planner.step_name, dtype=planner.dtype.name, platform=devices[0].platform,
+                devices=len(devices), mesh_shape=dict(mesh.shape), strategy=strategy,
+                num_params=planner.num_params, param_bytes=planner.total_bytes,
+                param_bytes_per_device=planner.bytes_per_device(mesh, strategy), hbm_bytes=hbm,
+                batch_size=batch_size, max_length=max_length, step_memory=None)
+
+
+def plan(config_or_name, *, dtype=jnp.float32, mesh: Mesh | None = None, strategy: str = "fsdp",
+         batch_size: int = 16, max_length: int | None = None, max_tokens: int | None = None,
+         buckets: Sequence[int] | None = None, hbm_bytes: int | None = None,
+         offline: bool | None = None, search: bool = True) -> Plan:
+    """The memory plan of a model (name, path or config dict) on ``mesh``; reads no weights.
+
+    batch_size (and max_tokens) are per data shard. With ``hbm_bytes`` and ``search``, the
+    largest batch is found for each of ``buckets`` (default 128, 512, 2048, clipped to
+    max_length) and max_length itself.
+    """
+    planner, mesh, max_length, name, source = _setup(config_or_name, dtype, mesh, strategy, max_length, offline)
+    out = _base_plan(planner, mesh, name, source, strategy, batch_size, max_length, hbm_bytes)
+    if not planner.takes_text:
+        out.notes.append(f"{planner.family.name} takes no token ids: parameters only")
+        return out
+    if out.params_fit is False:
+        out.notes.append("the parameters alone exceed the memory: no step was compiled "
+                         "(lmprobe.engine.plan.check_fits names the flag that fixes it)")
+        return out
+    out.step_memory = planner.step(mesh, strategy, rows_at(max_length, batch_size, max_tokens), max_length)
+    if out.step_memory is None:
+        out.notes.append("this backend gives no memory analysis of compiled programs")
+        return out
+    if hbm_bytes is not None and search:
+        cap = SEARCH_CAP
+        for length in _buckets_for(max_length, buckets):
+            fit = planner.largest_rows(mesh, strategy, length, hbm_bytes, probe=batch_size, cap=cap)
+            out.buckets.append(dataclasses.replace(fit, capped=fit.capped and cap == SEARCH_CAP))
+            cap = fit.rows  # a longer bucket never fits more rows
+    if out.platform == "cpu":
+        out.notes.append("compiled by XLA's CPU compiler: its temporaries approximate those on TPU/GPU"
+                         + (" (loop-invariant code motion off: no f32 copies of the 16-bit weights)"
+                            if planner.compiler_options(mesh) else ""))
+    return out
+
+
+def check_fits(config_or_name, *, dtype=jnp.float32, mesh: Mesh | None = None, strategy: str = "fsdp",
+               batch_size: int = 16, max_length: int | None = None, max_tokens: int | None = None,
+               hbm_bytes: int | None = None, offline: bool | None = None) -> Plan | None:
+    """Raise one LmprobeError naming the flag that fixes it when the model, at ``batch_size`` rows
+    per data shard (capped at ``max_tokens`` tokens, as the Scorer does) up to ``max_length``
+    tokens, does not fit ``hbm_bytes`` per device (default: the mesh devices' own limit).
+
+    Reads no weights: call it before loading. Returns the plan (parameters, and the step at the
+    largest bucket), or None, compiling nothing, when no memory limit is known (CPU).
+    """
+    mesh = mesh if mesh is not None else make_mesh()
+    hbm = hbm_bytes if hbm_bytes is not None else device_hbm(mesh.devices.flat)
+    if hbm is None:
+        return None
+    planner, mesh, max_length, name, source = _setup(config_or_name, dtype, mesh, strategy, max_length, offline)
+    out = _base_plan(planner, mesh, name, source, strategy, batch_size, max_length, hbm)
+    g = format_bytes
+    where = (f"{planner.dtype.name}, sharding {strategy} on {mesh.devices.size} devices, "
+             f"mesh data={mesh.shape[DATA]} x model={mesh.shape[MODEL]}")
+    if not out.params_fit:
+        raise LmprobeError(
+            f"{name} does not fit: its parameters take {g(out.param_bytes_per_device)} per device ({where}) "
+            f"and a device has {g(hbm)}: " + "; or ".join(_param_fixes(planner, mesh, strategy, hbm)))
+    if not planner.takes_text:
+        return out
+    # The largest bucket at its rows; with max_tokens also the longest bucket that gets full rows.
+    lengths = [max_length]
+    if rows_at(max_length, batch_size, max_tokens) < batch_size:
+        full = [b for b in LENGTH_BUCKETS if b < max_length and rows_at(b, batch_size, max_tokens) == batch_size]
+        lengths += full[-1:]
+    for length in lengths:
+        rows = rows_at(length, batch_size, max_tokens)
+        step = planner.step(mesh, strategy, rows, length)
+        if length == max_length:
+            out.step_memory = step
+        if step is None or step.peak_bytes <= hbm:
+            continue
+        raise LmprobeError(
+            f"{name} does not fit at {rows} rows per device x {length} tokens: its {planner.step_name} "
+            f"step needs {g(step.peak_bytes)} per device (parameters {g(out.param_bytes_per_device)}, "
+            f"activations and other temporaries {g(step.temp_bytes)}; {where}) and a device has "
+            f"{g(hbm)}: {_step_fixes(planner, mesh, strategy, hbm, rows, length)}")
+    return out
+
+
+def _param_fixes(planner: _Planner, mesh: Mesh, strategy: str, hbm: int) -> list[str]:
+    """Flag changes that make the parameters fit: fewest flags first, then --model_parallel,
+    --sharding, --dtype; the smallest --model_parallel for each."""
+    g = format_bytes
+    devices = list(mesh.devices.flat)
+    current = mesh.shape[MODEL]
+    dtypes = [planner.dtype] + ([jnp.dtype(jnp.bfloat16)] if planner.dtype.itemsize > 2 else [])
+    found = {}
+    for dt in dtypes:
+        for strat in [strategy, *(s for s in RULES if s != strategy)]:
+            for n in [d for d in range(1, len(devices) + 1) if len(devices) % d == 0]:
+                flags = ((f"--model_parallel={n}",) if n != current else ()) + (
+                    (f"--sharding={strat}",) if strat != strategy else ()) + (
+                    ("--dtype=bfloat16",) if dt != planner.dtype else ())
+                kinds = tuple(f.split("=")[0] for f in flags)
+                if not flags or kinds in found:
+                    continue
+                per = planner.bytes_per_device(make_mesh(n, devices), strat) * dt.itemsize // planner.dtype.itemsize
+                if per <= hbm:
+                    found[kinds] = (flags, per)
+    order = {"--model_parallel": 0, "--sharding": 1, "--dtype": 2}
+    ranked = sorted(found.values(), key=lambda fp: (len(fp[0]), [order[f.split("=")[0]] for f in fp[0]]))
+    # a combination is worth naming only when no subset of its flags does it alone
+    kept = [(f, p) for f, p in ranked
+            if not any(set(k) < {x.split("=")[0] for x in f} for k in found)]
+    fixes = [f"pass {' '.join(flags)} ({g(per)} per device)" for flags, per in kept]
+    if not fixes:
+        need = -(-planner.total_bytes * 2 // planner.dtype.itemsize // hbm)
+        fixes.append(f"even split over all {len(devices)} devices in bfloat16 it does not fit: use at least "
+                     f"{need} devices of this memory (plan it with --devices={need} --sharding=fsdp "
+                     "--dtype=bfloat16), or devices with more memory")
+    return fixes
+
+
+def _step_fixes(planner: _Planner, mesh: Mesh, strategy: str, hbm: int, rows: int, length: int) -> str:
+    """--batch_size when fewer rows fit at this length, else --max_length (plus --dtype)."""
+    g = format_bytes
+    fixes = []
+    if rows > 1:
+        fit = planner.largest_rows(mesh, strategy, length, hbm, probe=max(2, rows // 2), cap=rows - 1)
+        if fit.rows:
+            fixes.append(f"pass --batch_size={fit.rows} (the most rows per device that fit at {length} "
+                         f"tokens: {g(fit.peak_bytes)})")
+    if not fixes:
+        shorter = [b for b in LENGTH_BUCKETS if b < length]
+        lo, hi, best = 0, len(shorter) - 1, None  # memory grows with length: bisect for one row
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            step = planner.step(mesh, strategy, 1, shorter[mid])
+            if step is not None and step.peak_bytes <= hbm:
+                best, lo = shorter[mid], mid + 1
+            else:
+                hi = mid - 1
+        if best is not None:
+            fixes.append(f"pass --max_length={best} (one row per device fits at {best} tokens) and a "
+                         "--batch_size that fits there (python -m experiments.plan finds it)")
+        else:
+            fixes.append("not even one short row fits beside the parameters: shard them further "
+                         "(--model_parallel, --sharding=fsdp) or use more devices")
+    if planner.dtype.itemsize > 2:
+        fixes.append("pass --dtype=bfloat16")
+    return "; or ".join(fixes)
