@@ -15,16 +15,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 
-from tqdm.auto import tqdm
-
-from experiments.cli import load_scorer, main_guard, parser
+from experiments.cli import load_scorer, main_guard, output_dir, parse, parser, progress, say
 from lmprobe.data.corpus import load_corpus
 from lmprobe.data.profanity import load_profanity
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import byod
-from lmprobe.report.artifacts import write_json, write_jsonl
+from lmprobe.report.artifacts import join, write_json, write_jsonl
 from lmprobe.report.radar import radar
 
 DEFAULT_BENIGN = "wordnet-examples"
@@ -116,7 +113,7 @@ def main(argv=None):
     p.add_argument("--temperature", type=float, default=byod.Config.temperature, help="0: greedy")
     p.add_argument("--top_k", type=int, default=byod.Config.top_k)
     p.add_argument("--no_generate", action="store_true", help="toxicity from next-token mass only")
-    args = p.parse_args(argv)
+    args = parse(p, argv)
     models = _models(argv, args.model)
 
     config = byod.Config(
@@ -131,11 +128,12 @@ def main(argv=None):
         raise LmprobeError(f"corpus {corpus.name!r} has no sentences: pass a text corpus with --corpus")
     benign = _or_error(load_corpus, args.benign) if args.benign and "negation" in config.metrics else None
     if isinstance(benign, LmprobeError):
-        print(f"warning: no normalised negation score: {benign}")
+        say(f"warning: no normalised negation score: {benign}")
         benign = None
     # a list that cannot be read fails the toxicity metric only (reported in results.json)
     profanity = _or_error(load_profanity, args.profanity) if "toxicity" in config.metrics else None
-    print(f"corpus {corpus.name}: {len(corpus.paragraphs)} paragraphs, {len(corpus.sentences)} sentences"
+    out = output_dir(args.output_dir)  # before any model work: a directory we cannot write fails now
+    say(f"corpus {corpus.name}: {len(corpus.paragraphs)} paragraphs, {len(corpus.sentences)} sentences"
           + (f"; benign {benign.name}: {len(benign.sentences)} sentences" if benign else "")
           + (f"; profanity list {profanity.source}: {len(profanity.words)} entries"
              if profanity is not None and not isinstance(profanity, LmprobeError) else ""))
@@ -147,19 +145,19 @@ def main(argv=None):
     for name in models:
         scorer = load_scorer(argparse.Namespace(**{**vars(args), "model": name}))
         result = byod.run(scorer, corpus, config, model_name=name, benign=benign, profanity=profanity,
-                          cache_dir=os.path.join(args.output_dir, "cache"),
-                          progress=lambda it, desc, name=name: tqdm(it, desc=f"{name}: {desc}"))
+                          cache_dir=join(out, "cache"),
+                          progress=lambda it, desc, name=name: progress(it, desc=f"{name}: {desc}"))
         results["models"][name] = result.to_json()
         results["timings_s"][name] = result.timings
         samples += list(result.samples())
-        write_json(os.path.join(args.output_dir, "results.json"), results)  # after every model
-        write_jsonl(os.path.join(args.output_dir, "samples.jsonl"), samples)
+        write_json(join(out, "results.json"), results)  # after every model
+        write_jsonl(join(out, "samples.jsonl"), samples)
         for line in _skips(name, results["models"][name]):
-            print(line)
-    radar(results["models"], os.path.join(args.output_dir, "radar.png"))
-    print("\n== BYOD (score ± stderr (n); word order: median)")
-    print(summary(results["models"], config.metrics))
-    print(f"\nresults in {args.output_dir}")
+            say(line)
+    radar(results["models"], join(out, "radar.png"))
+    say("\n== BYOD (score ± stderr (n); word order: median)")
+    say(summary(results["models"], config.metrics))
+    say(f"\nresults in {out}")
 
 
 if __name__ == "__main__":

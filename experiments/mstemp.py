@@ -13,17 +13,14 @@ rerun (or a run after an interruption) reuses them.
 from __future__ import annotations
 
 import argparse
-import os
 
-from tqdm.auto import tqdm
-
-from experiments.cli import load_scorer, main_guard, parser
+from experiments.cli import load_scorer, main_guard, output_dir, parse, parser, progress, say
 from lmprobe.data.labelled import OFFLINE_DEFAULT, load_labelled
 from lmprobe.methods import mstemp
 from lmprobe.errors import LmprobeError
 from lmprobe.methods.mstemp import filter as semantic_filter
 from lmprobe.methods.mstemp.run import ATTACKS
-from lmprobe.report.artifacts import write_json, write_jsonl
+from lmprobe.report.artifacts import join, write_json, write_jsonl
 
 
 def _summary(result: dict, rows: list[dict]) -> str:
@@ -66,7 +63,7 @@ def main(argv=None):
     p.add_argument("--top_p", type=float, default=0.95)
     p.add_argument("--max_new_tokens", type=int, default=48)
     p.add_argument("--output_dir", default="runs/mstemp")
-    args = p.parse_args(argv)
+    args = parse(p, argv)
     evaluators = args.evaluator or ["smollm2-135m"]
 
     config = mstemp.Config(
@@ -81,9 +78,10 @@ def main(argv=None):
     if config.label_names and len(config.label_names) != len(data.label_names):
         raise LmprobeError(f"--label_names gives {len(config.label_names)} names for "
                                       f"{len(data.label_names)} classes {list(data.label_names)}")
-    print(f"{len(data)} seeds from {data.source}; classes {list(data.label_names)}")
+    out = output_dir(args.output_dir)  # before any model work: a directory we cannot write fails now
+    say(f"{len(data)} seeds from {data.source}; classes {list(data.label_names)}")
     if not config.label_names and all(n.isdigit() for n in data.label_names):
-        print("note: the classes are numbers; a decoder target scores these words zero-shot: "
+        say("note: the classes are numbers; a decoder target scores these words zero-shot: "
               "give --label_names=negative,positive (in class order) for meaningful prompts")
 
     scorers = {}
@@ -95,12 +93,11 @@ def main(argv=None):
 
     result, rows = mstemp.run(get(args.model), {name: get(name) for name in evaluators}, get(args.filter), data,
                               config, target_name=args.model, filter_name=args.filter,
-                              cache_dir=os.path.join(args.output_dir, "cache"),
-                              progress=lambda it, desc: tqdm(it, desc=desc))
-    write_json(os.path.join(args.output_dir, "results.json"), result)
-    write_jsonl(os.path.join(args.output_dir, "samples.jsonl"), rows)
-    print(_summary(result, rows))
-    print(f"\nresults in {args.output_dir}")
+                              cache_dir=join(out, "cache"), progress=progress)
+    write_json(join(out, "results.json"), result)
+    write_jsonl(join(out, "samples.jsonl"), rows)
+    say(_summary(result, rows))
+    say(f"\nresults in {out}")
 
 
 if __name__ == "__main__":

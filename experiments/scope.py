@@ -22,17 +22,12 @@ searches are cached in OUTPUT_DIR/cache, so a rerun resumes.
 
 from __future__ import annotations
 
-import argparse
-import os
-
-from tqdm.auto import tqdm
-
-from experiments.cli import DTYPES, main_guard, parser
+from experiments.cli import dtype, main_guard, output_dir, parse, parser, progress, say
 from lmprobe.data.labelled import OFFLINE_DEFAULT, load_labelled
 from lmprobe.errors import LmprobeError
 from lmprobe.methods.scope import capabilities, metrics, models, run as scope_run, training, variants
 from lmprobe.report import scope_plots
-from lmprobe.report.artifacts import write_json, write_jsonl
+from lmprobe.report.artifacts import join, write_json, write_jsonl
 
 DEFAULT_REFERENCE = "smollm2-135m"
 DEFAULT_TARGETS = ("smollm2-135m@bf16", "smollm2-135m@int8", "smollm2-135m@drop-layer=15")
@@ -71,7 +66,7 @@ class _Models:
                 raise LmprobeError(f"'{name}': black boxes give labels, so they need --task=classify")
             return models.SampledModel(name, models.sampler_from(inner), inner.label_names, k=args.samples,
                                        seed=args.seed, unknown_token=inner.unknown_token)
-        scorer = variants.load_scorer(name, dtype=DTYPES[args.dtype], offline=args.offline,
+        scorer = variants.load_scorer(name, dtype=dtype(args), offline=args.offline,
                                       allow_pickle=args.allow_pickle, batch_size=args.batch_size)
         if args.task == "lm":
             return models.NextToken(name, scorer)
@@ -82,9 +77,9 @@ class _Models:
         config = training.TrainConfig(learning_rate=args.learning_rate or (2e-5 if head == "finetune" else 1e-2),
                                       batch_size=args.train_batch_size, epochs=args.epochs, seed=args.seed)
         train_fn = training.finetune if head == "finetune" else training.linear_probe
-        kw = {"progress": lambda it, desc: tqdm(it, desc=desc)} if head == "finetune" else {}
+        kw = {"progress": progress} if head == "finetune" else {}
         model, losses = train_fn(scorer, self.train.texts, self.train.labels, names, config=config, name=name, **kw)
-        print(f"{name}: {head} on {len(self.train)} examples, epoch losses "
+        say(f"{name}: {head} on {len(self.train)} examples, epoch losses "
               + ", ".join(f"{l:.4f}" for l in losses))
         return model
 
@@ -128,7 +123,7 @@ def main(argv=None):
     p.add_argument("--bootstrap", type=int, default=metrics.DEFAULT_BOOTSTRAP)
     p.add_argument("--matrix", action="store_true", help="also every reference x target pair")
     p.add_argument("--output_dir", default="runs/scope")
-    args = p.parse_args(argv)
+    args = parse(p, argv)
     targets = args.target or list(DEFAULT_TARGETS)
     config = scope_run.Config(capability=args.capability, task=args.task, objective=args.objective,
                               trials=args.trials, max_words=args.max_words, tolerance=args.tolerance,
@@ -137,7 +132,8 @@ def main(argv=None):
     for name in [args.reference, *targets]:
         variants.split_name(name.split(":", 1)[-1])  # bad variant names fail before loading
     train, test = _data(args)
-    print(f"dataset {test.source}: {len(train)} training, {len(test)} base examples, labels {list(test.label_names)}")
+    out = output_dir(args.output_dir)  # before any model work: a directory we cannot write fails now
+    say(f"dataset {test.source}: {len(train)} training, {len(test)} base examples, labels {list(test.label_names)}")
     build = _Models(args, train)
     reference = build(args.reference)
     texts, labels, decode = test.texts, test.labels, None
@@ -145,8 +141,7 @@ def main(argv=None):
         texts, labels = scope_run.lm_examples(test.texts, reference.scorer.tokenizer)
         decode = reference.scorer.tokenizer.decode
     target_models = {name: build(name) for name in targets}
-    cache = os.path.join(args.output_dir, "cache")
-    progress = lambda it, desc: tqdm(it, desc=desc)  # noqa: E731
+    cache = join(out, "cache")
     result, samples = scope_run.run(reference, target_models, texts, labels, config, cache_dir=cache,
                                     decode=decode, progress=progress)
     result.update(dataset=test.source, label_names=list(test.label_names) if args.task == "classify" else None)
@@ -154,12 +149,12 @@ def main(argv=None):
         everyone = {args.reference: reference, **target_models}
         result["matrix"] = scope_run.matrix(everyone, texts, labels, config, cache_dir=cache, progress=progress)
         for m in ("hard_scope", "soft_scope", "ood_agreement"):
-            scope_plots.matrix_heatmap(result["matrix"], m, os.path.join(args.output_dir, f"matrix_{m}.png"))
-    write_json(os.path.join(args.output_dir, "results.json"), result)
-    write_jsonl(os.path.join(args.output_dir, "samples.jsonl"), samples)
-    scope_plots.metric_bars(result, os.path.join(args.output_dir, "metrics.png"))
-    print(_summary(result))
-    print(f"\nresults in {args.output_dir}")
+            scope_plots.matrix_heatmap(result["matrix"], m, join(out, f"matrix_{m}.png"))
+    write_json(join(out, "results.json"), result)
+    write_jsonl(join(out, "samples.jsonl"), samples)
+    scope_plots.metric_bars(result, join(out, "metrics.png"))
+    say(_summary(result))
+    say(f"\nresults in {out}")
 
 
 if __name__ == "__main__":

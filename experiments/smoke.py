@@ -12,13 +12,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from experiments.cli import DTYPES, main_guard, parser
+from experiments.cli import dtype, main_guard, parse, parser, say
 from lmprobe.checkpoints import load
 
 
 def _timed_load(name, args):
     start = time.perf_counter()
-    loaded = load(name, dtype=DTYPES[args.dtype], offline=args.offline, allow_pickle=args.allow_pickle)
+    loaded = load(name, dtype=dtype(args), offline=args.offline, allow_pickle=args.allow_pickle)
     jax.block_until_ready(nnx.state(loaded.model))
     return loaded, time.perf_counter() - start
 
@@ -45,17 +45,17 @@ def main(argv=None):
     p = parser(__doc__)
     p.add_argument("--encoder", default="minilm-l6", help="sentence encoder to load")
     p.add_argument("--text", default="The capital of France is Paris.")
-    args = p.parse_args(argv)
+    args = parse(p, argv)
 
     lm, lm_s = _timed_load(args.model, args)
     nll, n = sentence_nll(lm, args.text)
-    print(f"{args.model}: {lm.family.name}, loaded in {lm_s:.1f} s; "
+    say(f"{args.model}: {lm.family.name}, loaded in {lm_s:.1f} s; "
           f"{args.text!r}: {n} tokens, mean NLL {nll:.3f} nats, perplexity {np.exp(nll):.1f}")
 
     enc, enc_s = _timed_load(args.encoder, args)
     a, b = mean_pooled(enc, ["I loved this movie.", "I adored this film."])
     cos = float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
-    print(f"{args.encoder}: {enc.family.name}, loaded in {enc_s:.1f} s; "
+    say(f"{args.encoder}: {enc.family.name}, loaded in {enc_s:.1f} s; "
           f"cosine('I loved this movie.', 'I adored this film.') = {cos:.3f}")
 
 

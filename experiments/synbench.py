@@ -17,14 +17,12 @@ import importlib
 import math
 import os
 
-from tqdm.auto import tqdm
-
-from experiments.cli import DTYPES, load_scorer, main_guard, parser
+from experiments.cli import dtype, load_scorer, main_guard, output_dir, parse, parser, progress, say
 from lmprobe.data import gaussian
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import robust_probe, synbench
 from lmprobe.report import plots
-from lmprobe.report.artifacts import write_json
+from lmprobe.report.artifacts import join, write_json
 
 DEFAULT_MODEL = "identity"
 FUNCTION_INPUT_SHAPE = (64,)  # d for identity / random_projection / custom functions (n >> d: score ~ 1)
@@ -81,7 +79,7 @@ def representation_for(args) -> synbench.Representation:
         from lmprobe.checkpoints import load
         from lmprobe.models import vit
 
-        loaded = load(name, dtype=DTYPES[args.dtype], offline=args.offline, allow_pickle=args.allow_pickle,
+        loaded = load(name, dtype=dtype(args), offline=args.offline, allow_pickle=args.allow_pickle,
                       tokenizer=False)
         cfg = loaded.config
         mean, std = vit.image_normalization(loaded.checkpoint.location, cfg.num_channels)
@@ -129,17 +127,17 @@ def main(argv=None):
     p.add_argument("--layer", type=int, default=-1, help="LMs: hidden layer to pool")
     p.add_argument("--output_dir", default="runs/synbench")
     p.set_defaults(batch_size=64)
-    args = p.parse_args(argv)
+    args = parse(p, argv)
 
     config = _config(args)  # bad settings fail before any model loads
+    out = output_dir(args.output_dir)  # so does a directory we cannot write
     rep = representation_for(args)
-    result = synbench.run(rep, config, cache_dir=os.path.join(args.output_dir, "cache"),
-                          progress=lambda it, desc: tqdm(it, desc=desc)).to_json()
+    result = synbench.run(rep, config, cache_dir=join(out, "cache"), progress=progress).to_json()
     result["argmax_eps"] = {str(a): robust_probe.suggest_epsilon(result["scores"], a) for a in config.a_t}
-    write_json(os.path.join(args.output_dir, "results.json"), result)
-    plots.synbench_bound_threshold(result, os.path.join(args.output_dir, "bound_threshold.png"))
-    print(summary(result))
-    print(f"\nresults in {args.output_dir}")
+    write_json(join(out, "results.json"), result)
+    plots.synbench_bound_threshold(result, join(out, "bound_threshold.png"))
+    say(summary(result))
+    say(f"\nresults in {out}")
 
 
 if __name__ == "__main__":

@@ -14,12 +14,10 @@ import argparse
 import os
 import re
 
-from tqdm.auto import tqdm
-
-from experiments.cli import load_scorer, main_guard, parser
+from experiments.cli import load_scorer, main_guard, output_dir, parse, parser, progress, say
 from lmprobe.methods import syntextbench
 from lmprobe.report import plots
-from lmprobe.report.artifacts import write_json
+from lmprobe.report.artifacts import join, write_json
 
 DEFAULT_MODEL = "minilm-l6"
 
@@ -58,7 +56,7 @@ def main(argv=None):
     p.add_argument("--baseline_steps", type=int, default=4000)
     p.add_argument("--icl_examples", type=int, default=256, help="test sentences per level for in-context accuracy")
     p.add_argument("--output_dir", default="runs/syntextbench")
-    args = p.parse_args(argv)
+    args = parse(p, argv)
     models = [m for m in args.model.split(",") if m]
 
     config = syntextbench.Config(
@@ -67,33 +65,33 @@ def main(argv=None):
         **({"levels": tuple(float(x) for x in args.levels.split(","))} if args.levels else {}))
     tasks = syntextbench.build_tasks(config)  # bad settings and lexicons fail before any model loads
     lists = tasks.lists
-    print(f"lexicon {args.lexicon}: {len(lists.positive)} positive, {len(lists.negative)} negative, "
+    run_dir = output_dir(args.output_dir)  # before any model work: a directory we cannot write fails now
+    say(f"lexicon {args.lexicon}: {len(lists.positive)} positive, {len(lists.negative)} negative, "
           f"{len(lists.neutral)} neutral words; {len(config.levels)} levels x {config.n} sentences")
 
     results = []
     for name in models:
         scorer = load_scorer(argparse.Namespace(**{**vars(args), "model": name}))
         result = syntextbench.run(scorer, config, model_name=name, tasks=tasks,
-                                  cache_dir=os.path.join(args.output_dir, "cache"),
-                                  progress=lambda it, desc: tqdm(it, desc=desc)).to_json()
+                                  cache_dir=join(run_dir, "cache"), progress=progress).to_json()
         result["truncated_inputs"] = scorer.truncated
-        out = args.output_dir if len(models) == 1 else os.path.join(args.output_dir, _slug(name))
-        write_json(os.path.join(out, "results.json"), result)
-        plots.margin_accuracy([result], os.path.join(out, "margin_accuracy.png"))
-        plots.goodness([result], os.path.join(out, "goodness.png"))
-        print(_summary(result))
+        out = run_dir if len(models) == 1 else join(run_dir, _slug(name))
+        write_json(join(out, "results.json"), result)
+        plots.margin_accuracy([result], join(out, "margin_accuracy.png"))
+        plots.goodness([result], join(out, "goodness.png"))
+        say(_summary(result))
         results.append(result)
 
     if len(results) > 1:
         table = [{"model": r["model"], "score": r["score"], **{f"baseline_{k}": v for k, v in r["baselines"].items()}}
                  for r in results]
-        write_json(os.path.join(args.output_dir, "comparison.json"), table)
-        plots.margin_accuracy(results, os.path.join(args.output_dir, "margin_accuracy.png"))
-        plots.goodness(results, os.path.join(args.output_dir, "goodness.png"))
-        print("\n== comparison")
+        write_json(join(run_dir, "comparison.json"), table)
+        plots.margin_accuracy(results, join(run_dir, "margin_accuracy.png"))
+        plots.goodness(results, join(run_dir, "goodness.png"))
+        say("\n== comparison")
         for r in sorted(results, key=lambda r: -r["score"]):
-            print(f"{r['model']:<40} {r['score']:.4f}")
-    print(f"\nresults in {args.output_dir}")
+            say(f"{r['model']:<40} {r['score']:.4f}")
+    say(f"\nresults in {run_dir}")
 
 
 if __name__ == "__main__":

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import time
 from collections.abc import Callable
 
@@ -44,7 +43,7 @@ from scipy.optimize import brentq
 import kernels
 from lmprobe.data import gaussian
 from lmprobe.errors import LmprobeError
-from lmprobe.report.artifacts import cache_key, cached
+from lmprobe.report.artifacts import cache_key, cached, join
 
 PAPER_EPSILONS = (0.0, 0.2, 0.4, 0.6, 0.8)
 PAPER_THRESHOLDS = (0.6, 0.7, 0.8, 0.9)
@@ -426,8 +425,8 @@ def _cached_split(rep, config, spec, scale, split, cache_dir):
         return np.concatenate([np.asarray(y) for _, y in gaussian.batches(
             spec, scale, seed=config.seed, split=split, n=config.n, batch_size=config.batch_size)])
 
-    reps = cached(os.path.join(cache_dir, f"{key}.npy"), compute)
-    return reps, cached(os.path.join(cache_dir, f"{key}-labels.npy"), labels).astype(np.int32)
+    reps = cached(join(cache_dir, f"{key}.npy"), compute)
+    return reps, cached(join(cache_dir, f"{key}-labels.npy"), labels).astype(np.int32)
 
 
 def _check_budgets(name, z_train, y_train, config: Config) -> dict:

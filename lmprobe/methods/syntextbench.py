@@ -13,7 +13,6 @@ and the lexicon rule's accuracy on each level (task feasibility, A.4).
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from typing import Callable
 
@@ -24,7 +23,7 @@ import kernels
 from lmprobe.data import lexicons, synthetic
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import icl, loss_data
-from lmprobe.report.artifacts import cache_key, cached
+from lmprobe.report.artifacts import cache_key, cached, join
 
 # The paper does not print its a_T. 0.7 keeps levels whose linear accuracy is clearly above
 # chance and yields scores of the paper's order (0.1-0.2) for sentence encoders.
@@ -147,7 +146,7 @@ def run(scorer, config: Config, *, model_name: str, cache_dir: str | None = None
 
 
 def _maybe_cached(cache_dir, name, compute):
-    return compute() if cache_dir is None else cached(os.path.join(cache_dir, name + ".npy"), compute)
+    return compute() if cache_dir is None else cached(join(cache_dir, name + ".npy"), compute)
 
 
 def _feasibility(lexicon, test_set) -> float:

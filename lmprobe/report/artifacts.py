@@ -1,28 +1,131 @@
-"""Run-directory artifacts written atomically, and cached arrays that make reruns resume.
+"""Run-directory artifacts written atomically by one process, and cached values that make reruns resume.
 
-A crash never leaves a half-written file: everything is written to a temporary file in the same
-directory and renamed into place. ``cached`` computes an array once per key and reloads it on
-later runs, so an interrupted run restarts where it stopped.
+Paths are local paths or URLs that ``etils.epath`` understands (``gs://bucket/run`` with gcsfs or
+TensorFlow installed); join them with ``join``, never ``os.path``. A crash never leaves a
+half-written file: local files are written to a temporary file in the same directory and renamed
+into place; remote objects (GCS) are written whole, which is atomic there.
+
+In a multi-process run (``lmprobe.engine.runtime``) process 0 alone writes: ``write_*`` do nothing
+on the other processes. ``cached`` and ``cached_json`` are collective: every process must call
+them in the same order. Process 0 decides whether the cache exists, so every process takes the
+same branch (computing runs collectives). A saved value is read by every process from an object
+store (gs://), and read by process 0 and broadcast when local (a pod's hosts need not share a
+disk). A fresh value is computed everywhere and written by process 0; then the processes agree
+that the write succeeded (the barrier after it: a failed write fails every process, none hangs).
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
+import re
 import tempfile
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
+from lmprobe.errors import LmprobeError
 
-def _atomic(path: str, write: Callable, mode: str) -> None:
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_MANGLED_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/(?!/)")  # gs:/b/run: a URL that lost a slash
+
+
+# ------------------------------------------------------------------ paths
+
+
+def is_remote(path) -> bool:
+    """True for URLs (gs://, s3://, ...) other than file://."""
+    text = os.fspath(path) if not isinstance(path, str) else path
+    return bool(_URL.match(str(text))) and not str(text).startswith("file://")
+
+
+def epath_of(path):
+    """``path`` as an ``etils.epath.Path``; a URL mangled into a local path is an error."""
+    from etils import epath
+
+    text = str(path)
+    if _MANGLED_URL.match(text):
+        raise LmprobeError(f"{text!r} looks like a URL that lost a slash (joined with os.path?): "
+                           "write it as scheme://bucket/path and join with lmprobe.report.artifacts.join")
+    return epath.Path(text)
+
+
+def join(base, *parts: str) -> str:
+    """``base``/``parts``...: works for local paths and URLs alike (``gs://b/run`` + ``x``)."""
+    return os.fspath(epath_of(base).joinpath(*parts))
+
+
+def _fix_for(path, error: BaseException) -> str:
+    if isinstance(error, ImportError):
+        return (f"{error}; this Python has no file-system backend for {str(path).split('://')[0]}:// paths: "
+                "install it (pip install gcsfs for gs://), or pass a local --output_dir")
+    return f"{type(error).__name__}: {error}; pass an --output_dir this process can write"
+
+
+def _io_error(path, action: str, error: BaseException) -> LmprobeError:
+    return LmprobeError(f"cannot {action} {path}: {_fix_for(path, error)}")
+
+
+# ------------------------------------------------------------------ which process writes
+
+
+def _is_main() -> bool:
+    from lmprobe.engine.runtime import is_main
+
+    return is_main()
+
+
+def _agree(flag: bool) -> bool:
+    from lmprobe.engine.runtime import agree
+
+    return agree(flag)
+
+
+def _share(value: int) -> int:
+    """Process 0's non-negative ``value`` on every process."""
+    import jax
+
+    if jax.process_count() == 1:
+        return int(value)
+    from jax.experimental import multihost_utils
+
+    high, low = multihost_utils.broadcast_one_to_all(np.asarray([value >> 30, value & (2**30 - 1)], np.int32))
+    return (int(high) << 30) | int(low)
+
+
+_BROADCAST_CHUNK = 1 << 26  # bytes per collective: bounds the device memory one broadcast takes
+
+
+def _broadcast_bytes(data: bytes | None) -> bytes:
+    """Process 0's ``data`` on every process (the others pass None)."""
+    import jax
+
+    if jax.process_count() == 1:
+        return data
+    from jax.experimental import multihost_utils
+
+    main, size, parts = _is_main(), _share(len(data) if _is_main() else 0), []
+    for start in range(0, size, _BROADCAST_CHUNK):
+        n = min(_BROADCAST_CHUNK, size - start)
+        buffer = np.zeros(max(1024, 1 << (n - 1).bit_length()), np.uint8)  # a few widths, a few programs
+        if main:
+            buffer[:n] = np.frombuffer(data, np.uint8, count=n, offset=start)
+        parts.append(multihost_utils.broadcast_one_to_all(buffer)[:n].tobytes())
+    return b"".join(parts)
+
+
+# ------------------------------------------------------------------ writing
+
+
+def _write_local(path: str, data: bytes) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
     try:
-        with os.fdopen(fd, mode) as f:
-            write(f)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the usual file mode
@@ -33,9 +136,39 @@ def _atomic(path: str, write: Callable, mode: str) -> None:
         raise
 
 
-def write_json(path: str, data) -> None:
-    """``data`` as indented JSON at ``path``, atomically (numpy scalars and arrays allowed)."""
-    _atomic(path, lambda f: json.dump(data, f, indent=2, default=_jsonable), "w")
+def _write(path, data: bytes) -> None:
+    """``data`` at ``path`` atomically, on this process, whatever process it is."""
+    p = epath_of(path)
+    try:
+        if is_remote(p):
+            p.parent.mkdir(parents=True, exist_ok=True)  # no-op on object stores, needed on others
+            p.write_bytes(data)  # one object, written whole: atomic on GCS / S3
+        else:
+            _write_local(os.fspath(p), data)
+    except LmprobeError:
+        raise
+    except Exception as e:  # noqa: BLE001 - remote back ends raise their own types (auth, HTTP, ...)
+        raise _io_error(path, "write", e) from e
+
+
+def write_bytes(path, data: bytes) -> None:
+    """``data`` at ``path``, atomically, by process 0 only."""
+    if _is_main():
+        _write(path, data)
+
+
+def write_text(path, text: str) -> None:
+    write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path, data) -> None:
+    """``data`` as indented JSON at ``path``, atomically, by process 0 (numpy scalars and arrays allowed)."""
+    if _is_main():
+        _write(path, _json_bytes(data))
+
+
+def _json_bytes(data) -> bytes:
+    return json.dumps(data, indent=2, default=_jsonable).encode("utf-8")
 
 
 def _jsonable(value):
@@ -46,9 +179,64 @@ def _jsonable(value):
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
-def write_jsonl(path: str, rows) -> None:
-    """One JSON object per line, atomically (lm-eval-harness style samples files)."""
-    _atomic(path, lambda f: f.writelines(json.dumps(r, default=_jsonable) + "\n" for r in rows), "w")
+def write_jsonl(path, rows) -> None:
+    """One JSON object per line, atomically, by process 0 (lm-eval-harness style samples files)."""
+    if _is_main():
+        _write(path, "".join(json.dumps(r, default=_jsonable) + "\n" for r in rows).encode("utf-8"))
+
+
+def read_bytes(path) -> bytes:
+    try:
+        return epath_of(path).read_bytes()
+    except LmprobeError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise _io_error(path, "read", e) from e
+
+
+def read_json(path):
+    return json.loads(read_bytes(path))
+
+
+def exists(path) -> bool:
+    try:
+        return epath_of(path).exists()
+    except LmprobeError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise _io_error(path, "reach", e) from e
+
+
+def check_writable(directory) -> None:
+    """Fail early, with one clear message, when process 0 cannot write into ``directory``.
+
+    Collective: every process calls it (before any model work), every process raises.
+    """
+    problem = None
+    if _is_main():
+        probe = None
+        try:
+            d = epath_of(directory)
+            if not is_remote(d) and os.path.exists(os.fspath(d)) and not os.path.isdir(os.fspath(d)):
+                raise LmprobeError(f"output directory {directory} is a file: pass a directory")
+            d.mkdir(parents=True, exist_ok=True)
+            probe = d / f".lmprobe-write-test-{os.getpid()}"
+            probe.write_bytes(b"ok")
+        except LmprobeError as e:
+            problem = str(e)
+        except Exception as e:  # noqa: BLE001
+            problem = f"cannot write to output directory {directory}: {_fix_for(directory, e)}"
+        finally:
+            if probe is not None:
+                try:
+                    probe.unlink()
+                except Exception:  # noqa: BLE001 - a probe left behind is harmless
+                    pass
+    if not _agree(problem is None):
+        raise LmprobeError(problem or f"process 0 cannot write to output directory {directory} (see its log)")
+
+
+# ------------------------------------------------------------------ caches
 
 
 def cache_key(**parts) -> str:
@@ -56,10 +244,55 @@ def cache_key(**parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def cached(path: str, compute: Callable[[], np.ndarray]) -> np.ndarray:
-    """The array at ``path`` (.npy) if a previous run saved it, else ``compute()`` saved atomically."""
-    if os.path.exists(path):
-        return np.load(path)
-    array = np.asarray(compute())
-    _atomic(path, lambda f: np.save(f, array), "wb")
-    return array
+_MISSING, _SAVED, _FAILED = 0, 1, 2
+
+
+def _cached_bytes(path, compute: Callable[[], Any], encode: Callable[[Any], bytes],
+                  decode: Callable[[bytes], Any]):
+    """The value saved at ``path`` (decoded), or ``compute()`` saved by process 0. Collective."""
+    state, data, error = _MISSING, None, None
+    if _is_main():
+        try:
+            if exists(path):
+                state, data = _SAVED, read_bytes(path)
+        except Exception as e:  # noqa: BLE001 - shared first, raised below: no process waits forever
+            state, error = _FAILED, e
+    state = _share(state)  # process 0 decides: every process takes the same branch
+    if state == _FAILED:
+        raise error if error is not None else LmprobeError(f"process 0 cannot read the cache {path} (see its log)")
+    if state == _SAVED:
+        if is_remote(path) and data is None:  # an object store: every host reads the same object
+            data = read_bytes(path)
+        elif not is_remote(path):  # a local path may be one host's own disk: process 0's bytes, broadcast
+            data = _broadcast_bytes(data)
+        return decode(data)
+    value = compute()  # on every process: computing runs collectives
+    if _is_main():
+        try:
+            _write(path, encode(value))
+        except Exception as e:  # noqa: BLE001
+            error = e
+    if not _agree(error is None):  # the barrier after the write; a failed write fails every process
+        raise error if error is not None else LmprobeError(f"process 0 could not write the cache {path} (see its log)")
+    return value
+
+
+def _npy_bytes(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return buffer.getvalue()
+
+
+def cached(path, compute: Callable[[], np.ndarray]) -> np.ndarray:
+    """The array at ``path`` (.npy) if a previous run saved it, else ``compute()`` saved atomically.
+
+    Collective in a multi-process run: every process calls it with the same ``path``."""
+    return _cached_bytes(path, lambda: np.asarray(compute()), _npy_bytes,
+                         lambda data: np.load(io.BytesIO(data), allow_pickle=False))
+
+
+def cached_json(path, compute: Callable[[], Any], *, encode: Callable[[Any], Any] = lambda v: v,
+                decode: Callable[[Any], Any] = lambda v: v):
+    """``decode(json)`` of ``path`` if a previous run saved it, else ``compute()`` saved as
+    JSON ``encode(value)``. Collective in a multi-process run, like ``cached``."""
+    return _cached_bytes(path, compute, lambda v: _json_bytes(encode(v)), lambda data: decode(json.loads(data)))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+import os
+
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
@@ -9,12 +12,21 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 import kernels  # noqa: E402
+from lmprobe.engine.runtime import is_main  # noqa: E402
+from lmprobe.report import artifacts  # noqa: E402
 
 
-def save_figure(fig, path: str) -> None:
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+def save_figure(fig, path) -> None:
+    """Write ``fig`` to ``path`` (local or epath URL; the format follows its suffix), atomically,
+    by process 0 only; the figure is closed either way."""
+    try:
+        if is_main():
+            fig.tight_layout()
+            buffer = io.BytesIO()
+            fig.savefig(buffer, dpi=120, format=os.path.splitext(str(path))[1].lstrip(".").lower() or "png")
+            artifacts.write_bytes(path, buffer.getvalue())
+    finally:
+        plt.close(fig)
 
 
 def margin_accuracy(results: list[dict], path: str) -> None:

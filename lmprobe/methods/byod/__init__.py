@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
-import os
 import time
 from collections.abc import Callable
 
@@ -28,7 +26,7 @@ from lmprobe.errors import LmprobeError
 from lmprobe.methods.byod import knowledge, long_range, next_token, toxicity
 from lmprobe.methods.byod.common import MetricResult, no_progress, shuffled
 from lmprobe.perturb.text import DEFAULT_TRIGGER
-from lmprobe.report.artifacts import cache_key, write_json
+from lmprobe.report.artifacts import cache_key, cached_json, join
 
 METRICS = ("negation", "toxicity", "long_range", "word_order", "tokenization", "entropy")
 CACHE_VERSION = 2  # 2: sampling among the top-k candidates (other draws for the same seed)
@@ -132,7 +130,7 @@ def run(scorer, corpus, config: Config, *, model_name: str, benign=None, profani
         "tokenization": {"chop": config.chop}, "entropy": {}}
     metrics, errors, timings = {}, {}, {}
     for name in config.metrics:
-        path = (os.path.join(cache_dir, f"{name}-{cache_key(metric=name, **common, **settings[name])}.json")
+        path = (join(cache_dir, f"{name}-{cache_key(metric=name, **common, **settings[name])}.json")
                 if cache_dir else None)
         start = time.perf_counter()
         try:
@@ -165,11 +163,8 @@ def _ablation(param: str, values, compute) -> MetricResult:
 
 
 def _cached(path: str | None, compute: Callable[[], MetricResult]) -> MetricResult:
-    """A metric's result from ``path`` (JSON) if a previous run saved it, else computed and saved."""
-    if path and os.path.exists(path):
-        with open(path) as f:
-            return MetricResult.from_cache(json.load(f))
-    value = compute()
-    if path:
-        write_json(path, value.to_cache())
-    return value
+    """A metric's result from ``path`` (JSON) if a previous run saved it, else computed and saved
+    (collective in a multi-process run: lmprobe.report.artifacts.cached_json)."""
+    if not path:
+        return compute()
+    return cached_json(path, compute, encode=MetricResult.to_cache, decode=MetricResult.from_cache)

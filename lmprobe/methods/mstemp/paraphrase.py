@@ -11,13 +11,11 @@ prompt ending in "Paraphrase:".
 
 from __future__ import annotations
 
-import json
-import os
 import re
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from lmprobe.report.artifacts import cache_key, write_json
+from lmprobe.report.artifacts import cache_key, cached_json, join
 
 INSTRUCTION = ("Rewrite the following sentence in different words, keeping its meaning. "
                "Try a different style or expression. Reply with the rewritten sentence only.")
@@ -95,20 +93,18 @@ def generate_paraphrases(scorer, sentences: Sequence[str], config: SamplingConfi
     starts = range(0, len(sentences), config.chunk)
     for c, start in enumerate(progress(list(starts), desc=f"{name}: paraphrasing")):
         part = list(sentences[start:start + config.chunk])
-        path = None
-        if cache_dir is not None:
+
+        def compute(part=part, c=c):
+            prompts = [build_prompt(tokenizer, s) for s in part for _ in range(config.n)]
+            ids = scorer.generate(prompts, max_new_tokens=config.max_new_tokens, temperature=config.temperature,
+                                  top_p=config.top_p, top_k=config.top_k, seed=config.seed * 100_003 + c,
+                                  decode=False)
+            texts = [tokenizer.decode(i, skip_special_tokens=True) for i in ids]
+            return [texts[i * config.n:(i + 1) * config.n] for i in range(len(part))]
+
+        if cache_dir is None:
+            out += compute()
+        else:
             key = cache_key(evaluator=name, sentences=part, instruction=INSTRUCTION, **vars(config), version=2)
-            path = os.path.join(cache_dir, f"paraphrases-{key}.json")
-            if os.path.exists(path):
-                with open(path, encoding="utf-8") as f:
-                    out += json.load(f)
-                continue
-        prompts = [build_prompt(tokenizer, s) for s in part for _ in range(config.n)]
-        ids = scorer.generate(prompts, max_new_tokens=config.max_new_tokens, temperature=config.temperature,
-                              top_p=config.top_p, top_k=config.top_k, seed=config.seed * 100_003 + c, decode=False)
-        texts = [tokenizer.decode(i, skip_special_tokens=True) for i in ids]
-        rows = [texts[i * config.n:(i + 1) * config.n] for i in range(len(part))]
-        if path is not None:
-            write_json(path, rows)
-        out += rows
+            out += cached_json(join(cache_dir, f"paraphrases-{key}.json"), compute)
     return out

@@ -5,7 +5,6 @@ reference x target pair of a list of models (``matrix``)."""
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from typing import Callable, Sequence
 
@@ -17,7 +16,7 @@ from lmprobe.errors import LmprobeError
 from lmprobe.methods.scope import capabilities, metrics
 from lmprobe.methods.scope.search import Goal, Perturbation, SearchResult, search
 from lmprobe.perturb.constraints import Words
-from lmprobe.report.artifacts import cache_key, write_json
+from lmprobe.report.artifacts import cache_key, cached_json, join
 
 TASKS = ("classify", "lm")
 
@@ -67,23 +66,23 @@ def lm_examples(texts: Sequence[str], tokenizer) -> tuple[list[str], np.ndarray]
 def cached_search(reference, texts, config: Config, cache_dir: str | None, progress=lambda it, **_: it) -> tuple[SearchResult, float]:
     """search() with the result cached as JSON under cache_dir (reruns resume); (result, seconds)."""
     key = cache_key(model=reference.name, texts=texts, **dataclasses.asdict(config), version=1)
-    path = cache_dir and os.path.join(cache_dir, f"search-{key}.json")
-    if path and os.path.exists(path):
-        import json
 
-        with open(path) as f:
-            saved = json.load(f)
+    def compute():
+        start = time.perf_counter()
+        capability = capabilities.get(config.capability, max_words=config.max_words)
+        result = search(reference, texts, capability, goal=Goal(config.objective), trials=config.trials,
+                        seed=config.seed, progress=progress)
+        return result, time.perf_counter() - start
+
+    def decode(saved):
         result = SearchResult([Perturbation(**{**p, "words": tuple(p["words"])}) for p in saved["perturbations"]],
                               saved["n_examples"], saved["skipped"], saved["model_calls"], saved["candidates_scored"])
         return result, saved["seconds"]
-    start = time.perf_counter()
-    capability = capabilities.get(config.capability, max_words=config.max_words)
-    result = search(reference, texts, capability, goal=Goal(config.objective), trials=config.trials,
-                    seed=config.seed, progress=progress)
-    seconds = time.perf_counter() - start
-    if path:
-        write_json(path, {**dataclasses.asdict(result), "seconds": seconds})
-    return result, seconds
+
+    if not cache_dir:
+        return compute()
+    return cached_json(join(cache_dir, f"search-{key}.json"), compute, decode=decode,
+                       encode=lambda done: {**dataclasses.asdict(done[0]), "seconds": done[1]})
 
 
 def _top(log_probs, label_names, k=5, decode=None) -> list:
