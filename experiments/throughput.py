@@ -1,17 +1,21 @@
 """Throughput of forward scoring and generation, beside transformers' PyTorch model, in one run.
 
-    python -m experiments.throughput --model=smollm2-135m [--json=throughput.json]
+    python -m experiments.throughput --model=smollm2-135m [--output_dir=runs/throughput]
 
-For each (batch, length) shape it prints tokens/s, achieved GFLOP/s (an analytic count: 2 FLOPs
-per matmul parameter per token plus attention) and MFU: the ratio to a matmul peak measured on the same device in the same
-run. With torch installed, the same workload runs through transformers' PyTorch implementation
-of the same weights, and the speed ratio is printed.
+For each (batch per device, length) shape it prints tokens/s over all devices, achieved GFLOP/s
+(an analytic count: 2 FLOPs per matmul parameter per token plus attention) and MFU: the ratio to
+the accelerator's advertised dense bf16 peak times the device count (A100, H100, H200, L4, TPU
+v4 / v5e / v5p / v6e, known by their device_kind). On CPU, or on an accelerator not in the
+table, the peak is a square matmul measured on the same device in the same run. With torch
+installed and --dtype float32, the same workload runs through transformers' PyTorch
+implementation of the same weights (in float32 only), and the speed ratio is printed. Process 0
+prints and writes results.json into --output_dir.
 """
 
 from __future__ import annotations
 
-import json
 import os
+import re
 import time
 
 import jax
@@ -19,9 +23,34 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from experiments.cli import DTYPES, load_scorer, main_guard, parser
+from experiments.cli import load_scorer, main_guard, output_dir, parse, parser, say
 from lmprobe.engine import Scorer
 from lmprobe.engine.batching import bucket_length
+from lmprobe.engine.mesh import DATA
+from lmprobe.engine.runtime import resolve_dtype
+from lmprobe.report import artifacts
+
+# Advertised dense (no sparsity) bf16 peak per device, TFLOP/s, by jax.devices()[0].device_kind
+# ('NVIDIA H100 80GB HBM3', 'NVIDIA H100 PCIe', 'NVIDIA A100-SXM4-80GB', 'TPU v4', 'TPU v5 lite',
+# 'TPU v5' or 'TPU v5p', 'TPU v6 lite', ...), matched lower-cased, first match wins.
+BF16_PEAK_TFLOPS = (
+    (r"\bh100\b.*\bpcie\b", 756.0),
+    (r"\bh100\b.*\bnvl\b", 835.0),
+    (r"\bh100\b", 989.0),  # SXM
+    (r"\bh200\b", 989.0),
+    (r"\ba100\b", 312.0),
+    (r"\bl4\b", 121.0),  # not L40 / L40S
+    (r"^tpu v4$", 275.0),  # not 'TPU v4 lite' (v4i)
+    (r"^tpu v5\s*(lite|e)\b", 197.0),  # v5e
+    (r"^tpu v5p?$", 459.0),
+    (r"^tpu v6\s*(lite|e)\b", 918.0),  # v6e (Trillium)
+)
+
+
+def bf16_peak_tflops(device_kind: str) -> float | None:
+    """The advertised dense bf16 peak of one device of this kind, or None when unknown."""
+    kind = " ".join(device_kind.lower().split())
+    return next((peak for pattern, peak in BF16_PEAK_TFLOPS if re.search(pattern, kind)), None)
 
 
 def best_time(fn, repeats: int) -> float:
@@ -61,6 +90,20 @@ def flops_per_token(scorer: Scorer, context: int) -> float:
     return 2 * (body + head) + attention
 
 
+def peak_gflops(dtype, repeats: int) -> tuple[float, str]:
+    """GFLOP/s of all devices together, and where the figure comes from."""
+    device = jax.devices()[0]
+    if jax.default_backend() == "cpu":  # CPU devices share the host's cores: one measurement
+        return matmul_peak(dtype, repeats), "measured matmul peak (CPU)"
+    per_device = bf16_peak_tflops(device.device_kind)
+    if per_device is None:
+        measured = matmul_peak(dtype, repeats)
+        return (measured * jax.device_count(), f"measured matmul peak x {jax.device_count()} devices "
+                f"({device.device_kind!r} is not in the table of advertised peaks)")
+    return (per_device * 1e3 * jax.device_count(),
+            f"advertised bf16 peak {per_device:g} TFLOP/s x {jax.device_count()} devices")
+
+
 def bench_forward(scorer: Scorer, batch: int, length: int, repeats: int, rng) -> dict:
     seqs = rng.integers(10, scorer.vocab_size, size=(batch, length)).tolist()
     seconds = best_time(lambda: scorer.score(seqs), repeats)
@@ -78,7 +121,7 @@ def bench_generate(scorer: Scorer, batch: int, prompt: int, new: int, repeats: i
 
 
 def torch_reference(name: str):
-    """transformers' PyTorch model of the same weights, or None without torch."""
+    """transformers' PyTorch model of the same weights in float32, or None without torch."""
     try:
         import torch
         from transformers import AutoModelForCausalLM
@@ -128,54 +171,57 @@ def _shapes(text: str) -> list[tuple[int, ...]]:
 @main_guard
 def main(argv=None):
     p = parser(__doc__)
-    p.add_argument("--forward", default="1x128,16x128,4x512", help="batch x length shapes for scoring")
-    p.add_argument("--generation", default="1x16x32,8x16x32", help="batch x prompt x new-token shapes")
+    p.add_argument("--forward", default="1x128,16x128,4x512",
+                   help="batch (per data-parallel device) x length shapes for scoring")
+    p.add_argument("--generation", default="1x16x32,8x16x32",
+                   help="batch (per data-parallel device) x prompt x new-token shapes")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--torch", default="auto", choices=["auto", "off"],
-                   help="also time transformers' PyTorch model (auto: when torch is installed)")
-    p.add_argument("--json", default="throughput.json", help="where to write the figures")
-    args = p.parse_args(argv)
-    dtype = DTYPES[args.dtype]
+                   help="also time transformers' PyTorch model (auto: when torch is installed, float32 only)")
+    p.add_argument("--output_dir", default="runs/throughput", help="where results.json goes")
+    args = parse(p, argv)
+    out = output_dir(args.output_dir)
+    dtype = resolve_dtype(args.dtype)
     rng = np.random.default_rng(args.seed)
 
     scorer = load_scorer(args)
-    peak = matmul_peak(dtype, args.repeats)
-    reference = torch_reference(args.model) if args.torch == "auto" and dtype == jnp.float32 else None
+    data = scorer.mesh.shape[DATA]
+    peak, peak_source = peak_gflops(dtype, args.repeats)
+    reference = None
+    if args.torch == "auto":
+        if dtype == jnp.float32:
+            reference = torch_reference(args.model)
+        else:
+            say(f"no torch reference: it runs in float32 only (this run: {jnp.dtype(dtype).name})")
     device = f"{jax.devices()[0].device_kind} x{jax.device_count()} ({jax.default_backend()})"
-    print(f"{args.model} on {device}, {args.dtype}; measured matmul peak {peak:.1f} GFLOP/s")
-    results = {"model": args.model, "device": device, "dtype": args.dtype, "matmul_peak_gflops": peak,
-               "forward": [], "generation": []}
+    say(f"{args.model} on {device}, {jnp.dtype(dtype).name}, {data} data-parallel; peak {peak:.1f} GFLOP/s "
+        f"({peak_source})")
+    results = {"model": args.model, "device": device, "device_kind": jax.devices()[0].device_kind,
+               "devices": jax.device_count(), "data_parallel": data, "dtype": jnp.dtype(dtype).name,
+               "peak_gflops": peak, "peak_source": peak_source, "forward": [], "generation": []}
 
-    print(f"\n{'forward':>16} {'tokens/s':>10} {'GFLOP/s':>9} {'MFU':>6} {'torch tok/s':>12} {'ratio':>6}")
-    for batch, length in _shapes(args.forward):
-        scorer.batch_size = batch
-        row = {"batch": batch, "length": length, **bench_forward(scorer, batch, length, args.repeats, rng)}
-        row["mfu"] = row["gflops"] / peak
-        if reference is not None:
-            row["torch_tokens_per_s"] = torch_forward(reference, batch, length, args.repeats, rng)["tokens_per_s"]
-        results["forward"].append(row)
-        torch_cols = (f"{row['torch_tokens_per_s']:>12.0f} {row['tokens_per_s'] / row['torch_tokens_per_s']:>6.2f}"
-                      if reference is not None else "")
-        print(f"{batch:>7} x {length:<6} {row['tokens_per_s']:>10.0f} {row['gflops']:>9.1f} "
-              f"{row['mfu']:>6.1%} {torch_cols}")
+    sections = (("forward", _shapes(args.forward), ("length",), bench_forward, torch_forward),
+                ("generation", _shapes(args.generation), ("prompt", "new_tokens"), bench_generate, torch_generate))
+    for section, shapes, names, bench, torch_bench in sections:
+        rate = "tokens/s" if section == "forward" else "new tok/s"
+        say(f"\n{section + ' (batch per device)':>30} {rate:>10} {'GFLOP/s':>9} {'MFU':>6} "
+            f"{'torch tok/s':>12} {'ratio':>6}")
+        for batch, *rest in shapes:
+            scorer.batch_size = batch
+            row = {"batch_per_device": batch, "batch": batch * data, **dict(zip(names, rest)),
+                   **bench(scorer, batch * data, *rest, args.repeats, rng)}
+            row["mfu"] = row["gflops"] / peak
+            columns = ""
+            if reference is not None:
+                row["torch_tokens_per_s"] = torch_bench(reference, batch * data, *rest, args.repeats, rng)["tokens_per_s"]
+                columns = f"{row['torch_tokens_per_s']:>12.1f} {row['tokens_per_s'] / row['torch_tokens_per_s']:>6.2f}"
+            results[section].append(row)
+            shape = f"{batch} x {rest[0]}" + "".join(f" + {r}" for r in rest[1:])
+            say(f"{shape:>30} {row['tokens_per_s']:>10.1f} {row['gflops']:>9.1f} {row['mfu']:>6.1%} {columns}")
 
-    print(f"\n{'generation':>20} {'new tok/s':>10} {'GFLOP/s':>9} {'MFU':>6} {'torch tok/s':>12} {'ratio':>6}")
-    for batch, prompt, new in _shapes(args.generation):
-        scorer.batch_size = batch
-        row = {"batch": batch, "prompt": prompt, "new_tokens": new,
-               **bench_generate(scorer, batch, prompt, new, args.repeats, rng)}
-        row["mfu"] = row["gflops"] / peak
-        if reference is not None:
-            row["torch_tokens_per_s"] = torch_generate(reference, batch, prompt, new, args.repeats, rng)["tokens_per_s"]
-        results["generation"].append(row)
-        torch_cols = (f"{row['torch_tokens_per_s']:>12.1f} {row['tokens_per_s'] / row['torch_tokens_per_s']:>6.2f}"
-                      if reference is not None else "")
-        print(f"{batch:>5} x {prompt:>4} + {new:<5} {row['tokens_per_s']:>10.1f} {row['gflops']:>9.1f} "
-              f"{row['mfu']:>6.1%} {torch_cols}")
-
-    with open(args.json, "w") as f:
-        json.dump(results, f, indent=2)
-    print(f"\nwrote {args.json}")
+    path = artifacts.join(out, "results.json")
+    artifacts.write_json(path, results)
+    say(f"\nwrote {path}")
 
 
 if __name__ == "__main__":

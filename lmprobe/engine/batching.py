@@ -1,8 +1,9 @@
 """Length-bucketed batching: few shapes, so jit compiles a handful of programs, not one per input.
 
 Sequences are grouped by bucket length (the smallest bucket that holds them), longest first,
-cut into batches, and padded to the bucket length and to one of a few batch sizes. ``restore``
-puts per-sequence results back in input order.
+cut into batches, and padded to the bucket length and to one of a few batch sizes. Batch sizes
+and token budgets are per device of the mesh's 'data' axis: a batch holds ``batch_size`` rows for
+each of the ``data_parallel`` shards. ``restore`` puts per-sequence results back in input order.
 """
 
 from __future__ import annotations
@@ -45,21 +46,25 @@ def _pow2_at_least(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def batch_size_for(length: int, batch_size: int, max_tokens: int | None, multiple_of: int = 1) -> int:
-    """Rows per batch at ``length``: ``batch_size``, capped at ``max_tokens`` tokens, a multiple of the data axis."""
+def batch_size_for(length: int, batch_size: int, max_tokens: int | None, data_parallel: int = 1) -> int:
+    """Rows of a full batch at ``length``: ``batch_size`` per data shard, capped at ``max_tokens``
+    tokens per data shard (at least one row each), times the ``data_parallel`` shards."""
     rows = batch_size if max_tokens is None else min(batch_size, max(1, max_tokens // length))
-    return max(multiple_of, rows // multiple_of * multiple_of)
+    return max(1, rows) * data_parallel
 
 
 def make_batches(seqs: Sequence[Sequence[int]], *, batch_size: int, max_tokens: int | None = None,
                  buckets: Sequence[int] = LENGTH_BUCKETS, pad_id: int = 0, left_pad: bool = False,
-                 multiple_of: int = 1) -> list[Batch]:
+                 data_parallel: int = 1, multiple_of: int | None = None) -> list[Batch]:
     """Bucketed, padded batches covering every sequence once, longest bucket first.
 
-    A batch's row count is the bucket's full batch size, or for the last, partial batch of a
-    bucket a power of two (times ``multiple_of``, the data-axis size) that holds it.
-    ``left_pad`` puts padding first (generation); otherwise padding goes last.
+    ``batch_size`` and ``max_tokens`` are per shard of the mesh's 'data' axis (``data_parallel``
+    shards): a full batch has ``batch_size_for(...)`` rows, ``batch_size`` x ``data_parallel`` when
+    no token budget binds. The last, partial batch of a bucket has a power of two rows per shard
+    that holds it. ``left_pad`` puts padding first (generation); otherwise padding goes last.
+    ``multiple_of`` is the former name of ``data_parallel``.
     """
+    d = multiple_of or data_parallel
     lengths = np.asarray([len(s) for s in seqs], dtype=np.int64)
     if len(lengths) and lengths.min() == 0:
         empty = int(np.argmin(lengths))
@@ -71,10 +76,10 @@ def make_batches(seqs: Sequence[Sequence[int]], *, batch_size: int, max_tokens: 
     batches = []
     for length in sorted(by_bucket, reverse=True):
         members = by_bucket[length]
-        rows = batch_size_for(length, batch_size, max_tokens, multiple_of)
+        rows = batch_size_for(length, batch_size, max_tokens, d)
         for start in range(0, len(members), rows):
             chunk = members[start:start + rows]
-            size = rows if len(chunk) == rows else min(rows, multiple_of * _pow2_at_least(-(-len(chunk) // multiple_of)))
+            size = rows if len(chunk) == rows else min(rows, d * _pow2_at_least(-(-len(chunk) // d)))
             batches.append(_pad(seqs, chunk, size, length, pad_id, left_pad))
     return batches
 

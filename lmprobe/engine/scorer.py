@@ -10,6 +10,12 @@
 
 Inputs are texts or pre-tokenized id lists. Results come back in input order as numpy arrays;
 no full-vocabulary array ever leaves the device. A method never touches devices or padding.
+
+Every entry point runs its jitted step over a stream of batches (``Scorer._run``): batch k+1 is
+padded, placed and dispatched while the device computes batch k, outputs stay on device sharded
+over 'data', and they come back to the host together at the end of the call (or in groups, when
+they would hold more than ``readback_bytes`` of device memory). ``batch_size`` and ``max_tokens``
+are per device of the 'data' axis.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import collections
 import dataclasses
 import functools
 import math
-from typing import Sequence
+from typing import Callable, Iterable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -28,9 +34,10 @@ from flax import nnx
 import kernels
 from lmprobe.engine import generation
 from lmprobe.engine.batching import LENGTH_BUCKETS, Batch, make_batches, restore
-from lmprobe.engine.mesh import DATA, batch_sharding, make_mesh, placement, replicated
+from lmprobe.engine.mesh import DATA, batch_sharding, make_mesh, placement, replicated, tracing_on
 from lmprobe.engine.packing import PADDING, Packed, pack_pairs, padded, visibility
-from lmprobe.engine.runtime import enable_compilation_cache, initialize_distributed
+from lmprobe.engine.plan import check_fits
+from lmprobe.engine.runtime import enable_compilation_cache, initialize_distributed, main_print, resolve_dtype
 from lmprobe.errors import LmprobeError
 
 POOLINGS = ("mean", "cls", "last", "first_last_avg")
@@ -71,7 +78,15 @@ class HiddenMemo:
 
 
 class Scorer:
-    """A model, its tokenizer and a mesh, with jitted entry points for every method."""
+    """A model, its tokenizer and a mesh, with jitted entry points for every method.
+
+    ``batch_size`` is sequences per batch on each device of the mesh's 'data' axis (a batch has
+    batch_size x mesh.shape['data'] rows); ``max_tokens``, when given, caps each device's share
+    of a batch at that many tokens (padding included), never below one sequence.
+    """
+
+    lookahead = 4  # batches dispatched past the oldest result not yet read back, when reading early
+    readback_bytes = 1 << 28  # bytes of results (all devices) a call holds on device before reading the oldest back
 
     def __init__(self, model: nnx.Module, tokenizer=None, *, mesh=None, batch_size: int = 16,
                  max_tokens: int | None = None, max_length: int | None = None,
@@ -90,16 +105,29 @@ class Scorer:
         self._graphdef, self._state = nnx.split(model)
 
     @classmethod
-    def load(cls, name: str, *, dtype=jnp.float32, model_parallel: int = 1, strategy: str = "fsdp",
+    def load(cls, name: str, *, dtype="auto", model_parallel: int = 1, strategy: str = "fsdp",
              offline: bool | None = None, allow_pickle: bool = False, **kwargs) -> "Scorer":
-        """Load ``name`` with its parameters placed straight onto their shardings."""
+        """Load ``name`` with its parameters placed straight onto their shardings.
+
+        ``dtype``: a jnp dtype, or a name for ``runtime.resolve_dtype`` ('auto': bfloat16 on GPU
+        and TPU, float32 on CPU). Prints the batch geometry once (process 0). Where the device
+        reports its memory (GPU, TPU), the memory plan first checks, before any weight is read,
+        that the parameters and the largest bucket's step fit (lmprobe.engine.plan.check_fits)."""
         from lmprobe.checkpoints import load
 
         initialize_distributed()
+        dtype = resolve_dtype(dtype) if isinstance(dtype, str) else dtype
         mesh = make_mesh(model_parallel)
+        check_fits(name, dtype=dtype, mesh=mesh, strategy=strategy, batch_size=kwargs.get("batch_size", 16),
+                   max_length=kwargs.get("max_length"), max_tokens=kwargs.get("max_tokens"), offline=offline)
         loaded = load(name, dtype=dtype, place=placement(mesh, strategy), offline=offline,
                       allow_pickle=allow_pickle)
-        return cls(loaded.model, loaded.tokenizer, mesh=mesh, **kwargs)
+        scorer = cls(loaded.model, loaded.tokenizer, mesh=mesh, **kwargs)
+        d = mesh.shape[DATA]
+        budget = f", at most {scorer.max_tokens} tokens per device" if scorer.max_tokens else ""
+        main_print(f"batch: {scorer.batch_size} per device x {d} data-parallel device{'s' * (d > 1)} = "
+                   f"{scorer.batch_size * d} sequences per batch{budget}")
+        return scorer
 
     @property
     def model(self) -> nnx.Module:
@@ -140,12 +168,11 @@ class Scorer:
         limit = max_length or self.max_length
         buckets = sorted({min(b, limit) for b in self.buckets})
         return make_batches(seqs, batch_size=self.batch_size, max_tokens=self.max_tokens,
-                            buckets=buckets, left_pad=left_pad, multiple_of=self.mesh.shape[DATA])
+                            buckets=buckets, left_pad=left_pad, data_parallel=self.mesh.shape[DATA])
 
-    def _rows(self, wanted: int) -> int:
-        """A batch row count near ``wanted`` that the 'data' axis divides."""
-        d = self.mesh.shape[DATA]
-        return max(d, wanted // d * d)
+    def _rows(self, per_device: int) -> int:
+        """Rows of a batch with ``per_device`` rows on each device of the 'data' axis."""
+        return max(1, per_device) * self.mesh.shape[DATA]
 
     def _put(self, *arrays):
         """Host arrays (the same on every host) onto the mesh, batch axis over 'data'."""
@@ -161,11 +188,41 @@ class Scorer:
 
             def traced(state, *args):
                 self.compilations[name] += 1
-                return fn(nnx.merge(graphdef, state), *args, **static)
+                with tracing_on(self.mesh):  # activations split over the batch, as the plan compiles them
+                    return fn(nnx.merge(graphdef, state), *args, **static)
 
-            # Replicated outputs are fully addressable on every host of a pod.
-            cache[key] = jax.jit(traced, out_shardings=replicated(self.mesh))
+            # Outputs stay where the rows are; _fetch gathers them once per call.
+            cache[key] = jax.jit(traced, out_shardings=batch_sharding(self.mesh, 1))
         return functools.partial(cache[key], self._state)
+
+    def _run(self, step, calls: Iterable[tuple], readback: Callable | None = None) -> list:
+        """``step(*args)`` for each ``args`` of ``calls``; the outputs in order, read back by
+        ``readback`` (``_fetch``: to numpy) in as few transfers as device memory allows.
+
+        ``calls`` is lazy, so the host pads and places batch k+1 while the device runs batch k
+        (dispatch is asynchronous). Nothing is read back before the last step is dispatched,
+        unless the outputs held on device pass ``readback_bytes``: then all but the newest
+        ``lookahead`` are read back together, the newer ones still running meanwhile.
+        """
+        readback = readback or self._fetch
+        done, pending, held = [], [], 0
+        for args in calls:
+            pending.append(step(*args))
+            held += _nbytes(pending[-1])
+            ready = len(pending) - self.lookahead
+            if ready > 0 and held > self.readback_bytes:
+                done += readback(pending[:ready])
+                del pending[:ready]
+                held = _nbytes(pending)
+        return done + (readback(pending) if pending else [])
+
+    def _fetch(self, outputs: list) -> list:
+        """Device outputs (pytrees of arrays sharded over 'data') as numpy, in one transfer. On
+        several processes each array is first gathered onto every device (a jitted reshard,
+        one program per shape), so that every process reads all of it."""
+        if jax.process_count() > 1:
+            outputs = jax.tree.map(_replicator(self.mesh), outputs)
+        return jax.device_get(outputs)
 
     def _require_decoder(self, what: str):
         if not self.is_decoder:
@@ -182,7 +239,7 @@ class Scorer:
             return Scores([], np.zeros(0), np.zeros(0, np.int64))
         step = self._jit("score", _token_logprobs)
         batches = self._batches(seqs)
-        per_batch = [np.asarray(step(*self._put(b.ids, b.mask))) for b in batches]
+        per_batch = self._run(step, (self._put(b.ids, b.mask) for b in batches))
         rows = restore(batches, [[lp[r, :n - 1] for r, n in enumerate(b.lengths)]
                                  for b, lp in zip(batches, per_batch)], len(seqs))
         return Scores(rows, np.asarray([-r.sum() for r in rows], np.float64),
@@ -205,15 +262,10 @@ class Scorer:
         for i, seq in enumerate(seqs):
             targets[packed.row[i]][packed.slots[i][:-1], side[i]] = seq[1:]
         step = self._jit("score_packed", _packed_logprobs)
-        per_row = [None] * len(packed.rows)
-        for batch in self._batches(packed.rows):
-            rows, length = batch.shape
-            t = np.zeros((rows, length, 2), np.int32)
-            for r, i in enumerate(batch.indices):
-                t[r, :len(targets[i])] = targets[i]
-            lp = np.asarray(step(*self._put(batch.ids, *self._packing(packed, batch), t)))
-            for r, i in enumerate(batch.indices):
-                per_row[i] = lp[r]
+        batches = self._batches(packed.rows)
+        calls = (self._put(b.ids, *self._packing(packed, b), padded(targets, b.indices, (*b.shape, 2), 0))
+                 for b in batches)
+        per_row = restore(batches, self._run(step, calls), len(packed.rows))
         rows = [per_row[packed.row[i]][packed.slots[i][:-1], side[i]] for i in range(2 * n)]
         scores = Scores(rows, np.asarray([-r.sum() for r in rows], np.float64), np.asarray([len(r) for r in rows]))
         return (Scores(scores.token_logprobs[:n], scores.nll[:n], scores.num_predicted[:n]),
@@ -264,14 +316,11 @@ class Scorer:
             mask[np.asarray(token_set, np.int64)] = True
         step = self._jit("pair_stats", _pair_stats, top_k=top_k, with_mass=token_set is not None)
         block, total = self._rows(8 * self.batch_size), len(flat_a)
-        results = collections.defaultdict(list)
-        for start in range(0, total, block):
-            take = np.minimum(np.arange(start, start + block), total - 1)  # repeats, dropped below
-            out = step(*self._put(flat_a[take], flat_b[take]), jnp.asarray(mask))
-            for key, value in out.items():
-                results[key].append(np.asarray(value)[:min(block, total - start)])
+        takes = [np.minimum(np.arange(start, start + block), total - 1)  # repeats, dropped below
+                 for start in range(0, total, block)]
+        outs = self._run(step, ((*self._put(flat_a[t], flat_b[t]), mask) for t in takes))
         splits = np.cumsum(counts)[:-1]
-        return {key: np.split(np.concatenate(parts), splits) for key, parts in results.items()}
+        return {key: np.split(np.concatenate([o[key] for o in outs])[:total], splits) for key in (outs or [{}])[0]}
 
     def _hidden_at(self, packed: Packed, positions, known) -> list[np.ndarray]:
         """Final hidden states of each sequence at its positions, [len(positions[i]), D] each:
@@ -287,12 +336,10 @@ class Scorer:
             return hidden
         row_width = 1 << max(0, (max(map(len, asked)) - 1).bit_length())
         step = self._jit("hidden_at", _packed_hidden_at)
-        per_row = [None] * len(packed.rows)
-        for batch in self._batches(packed.rows):
-            gather = padded([np.asarray(x, np.int32) for x in asked], batch.indices, (batch.shape[0], row_width), 0)
-            out = np.asarray(step(*self._put(batch.ids, *self._packing(packed, batch), gather)))
-            for r, i in enumerate(batch.indices):
-                per_row[i] = out[r]
+        batches = self._batches(packed.rows)
+        calls = (self._put(b.ids, *self._packing(packed, b), padded(asked, b.indices, (b.shape[0], row_width), 0))
+                 for b in batches)
+        per_row = restore(batches, self._run(step, calls), len(packed.rows))
         for i, p in enumerate(positions):
             if known[i] is None:
                 hidden[i] = per_row[packed.row[i]][offset[i]:offset[i] + len(p)]
@@ -302,17 +349,19 @@ class Scorer:
 
     def apply(self, name: str, fn, inputs) -> jax.Array:
         """``fn(model, ids, mask) -> [B, ...]`` over texts or id lists, jitted once per bucket shape
-        (``name`` keys the jit cache); rows in input order, left on device."""
+        (``name`` keys the jit cache); rows in input order, left on device (replicated, so every
+        process can read it)."""
         seqs = self.encode(list(inputs))
         if not seqs:
             raise LmprobeError("no inputs to apply the model to: pass at least one text")
         step = self._jit(name, fn)
-        outputs, source, offset = [], np.zeros(len(seqs), np.int64), 0
-        for batch in self._batches(seqs):
-            outputs.append(step(*self._put(batch.ids, batch.mask)))
-            source[batch.indices] = offset + np.arange(len(batch.indices))
-            offset += batch.shape[0]
-        return jnp.take(jnp.concatenate(outputs), jnp.asarray(source), axis=0)
+        batches = self._batches(seqs)
+        outputs = self._run(step, (self._put(b.ids, b.mask) for b in batches), readback=list)
+        starts = np.cumsum([0] + [b.shape[0] for b in batches])
+        source = np.zeros(len(seqs), np.int32)
+        for batch, start in zip(batches, starts):
+            source[batch.indices] = start + np.arange(len(batch.indices))
+        return _rows_in_order(self.mesh)(outputs, source)
 
     def embed(self, inputs, *, pooling: str = "mean", layer: int = -1) -> np.ndarray:
         """Sentence embeddings [N, D] of texts or id lists.
@@ -328,7 +377,7 @@ class Scorer:
             return np.zeros((0, self._hidden_size()), np.float32)
         step = self._jit("embed", pooled_embedding, pooling=pooling, layer=layer)
         batches = self._batches(seqs)
-        per_batch = [np.asarray(step(*self._put(b.ids, b.mask))) for b in batches]
+        per_batch = self._run(step, (self._put(b.ids, b.mask) for b in batches))
         return np.stack(restore(batches, per_batch, len(seqs)))
 
     def embed_inputs(self, inputs_embeds: np.ndarray, attention_mask: np.ndarray | None = None, *,
@@ -345,11 +394,8 @@ class Scorer:
             return np.zeros((0, x.shape[-1]), np.float32)
         rows = self._rows(self.batch_size)
         step = self._jit("embed_inputs", pooled_embedding, pooling=pooling, layer=layer, continuous=True)
-        out = []
-        for start in range(0, n, rows):
-            take = np.minimum(np.arange(start, start + rows), n - 1)
-            out.append(np.asarray(step(*self._put(x[take], mask[take])))[:min(rows, n - start)])
-        return np.concatenate(out)
+        takes = [np.minimum(np.arange(start, start + rows), n - 1) for start in range(0, n, rows)]  # repeats, dropped
+        return np.concatenate(self._run(step, (self._put(x[t], mask[t]) for t in takes)))[:n]
 
     def _hidden_size(self) -> int:
         return self.config.hidden_size
@@ -379,20 +425,22 @@ class Scorer:
         eos = -1 if eos_id is None else int(eos_id)
         # prompt slots + new-token slots must fit the context (learned position tables)
         batches = self._batches(seqs, left_pad=True, max_length=room)
-        per_batch = []
-        for batch in batches:
-            step = self._jit("generate", generation.generate, max_new_tokens=max_new_tokens,
-                             top_k=top_k, greedy=temperature <= 0, prompt_hidden=memo is not None)
-            index = np.full(batch.shape[0], -1, np.int32)
+        step = self._jit("generate", generation.generate, max_new_tokens=max_new_tokens,
+                         top_k=top_k, greedy=temperature <= 0, prompt_hidden=memo is not None)
+        settings = (np.uint32(seed), np.float32(max(temperature, 1e-6)), np.float32(top_p), np.int32(eos))
+
+        def call(batch):
+            index = np.full(batch.shape[0], -1, np.int32)  # row seeds: positions in the input list
             index[:len(batch.indices)] = batch.indices
-            out = step(*self._put(batch.ids, batch.mask, index), jnp.uint32(seed),
-                       jnp.float32(max(temperature, 1e-6)), jnp.float32(top_p), jnp.int32(eos))
+            return (*self._put(batch.ids, batch.mask, index), *settings)
+
+        per_batch = []
+        for batch, out in zip(batches, self._run(step, map(call, batches))):
             if memo is not None:
-                out, hidden = out[0], np.asarray(out[1])
+                out, hidden = out
                 for row, n in enumerate(batch.lengths):  # left padding: the prompt ends the row
-                    seq = seqs[batch.indices[row]]
-                    memo.put(seq, range(n), hidden[row, batch.shape[1] - n:])
-            per_batch.append([_until_eos(row, eos) for row in np.asarray(out)])
+                    memo.put(seqs[batch.indices[row]], range(n), hidden[row, batch.shape[1] - n:])
+            per_batch.append([_until_eos(row, eos) for row in out])
         outputs = restore(batches, per_batch, len(seqs))
         if decode and self.tokenizer is not None:
             return [self.tokenizer.decode(o) for o in outputs]
@@ -482,6 +530,23 @@ def _absolute(positions, length, i) -> list[int]:
 def _check_pooling(pooling):
     if pooling not in POOLINGS:
         raise LmprobeError(f"pooling {pooling!r} is not one of {', '.join(POOLINGS)}")
+
+
+def _nbytes(tree) -> int:
+    return sum(x.nbytes for x in jax.tree.leaves(tree))
+
+
+@functools.cache
+def _replicator(mesh):
+    """A jitted identity that gathers an array onto every device of ``mesh``."""
+    return jax.jit(lambda x: x, out_shardings=replicated(mesh))
+
+
+@functools.cache
+def _rows_in_order(mesh):
+    """Per-batch outputs concatenated and reordered (rows ``source``), replicated over ``mesh``."""
+    return jax.jit(lambda parts, source: jnp.take(jnp.concatenate(parts), source, axis=0),
+                   out_shardings=replicated(mesh))
 
 
 def _until_eos(row, eos) -> list[int]:

@@ -8,8 +8,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from lmprobe.models.axes import BATCH, EMBED, LENGTH
-from lmprobe.models.layers import LayerCache, Mask, constrain, default_positions, init_cache, scan_layers
+from lmprobe.models.layers import LayerCache, Mask, default_positions, init_cache, scan_layers
 
 Array = jax.Array
 
@@ -72,7 +71,6 @@ def run_blocks(blocks, h: Array, *, mask: Mask, positions: Array, cache: LayerCa
     """
 
     def step(block, carry, layer_cache):
-        carry = constrain(carry, (BATCH, LENGTH, EMBED))
         out, new_cache = block(carry, mask=mask, positions=positions, cache=layer_cache,
                                cache_index=cache_index)
         return out, (out if output_hidden_states else None, new_cache)

@@ -18,7 +18,7 @@ import numpy as np
 from flax import nnx
 from flax.core import spmd
 
-from lmprobe.models.axes import EMBED, VOCAB
+from lmprobe.models.axes import BATCH, EMBED, LENGTH, VOCAB
 
 Array = jax.Array
 _init = nnx.initializers.normal(0.02)
@@ -339,12 +339,13 @@ def constrain(x: Array, axes: tuple) -> Array:
 def scan_layers(blocks: nnx.Module, step, carry, xs=None):
     """Run ``step(block, carry, x) -> (carry, y)`` over the stacked blocks with one lax.scan.
 
-    The program is compiled once for one layer, so compile time does not grow with depth.
+    The program is compiled once for one layer, so compile time does not grow with depth. The
+    carry (the hidden states [B, T, D]) is kept split over the batch (``constrain``).
     """
     graphdef, state = nnx.split(blocks)
 
     def body(c, inputs):
         layer_state, x = inputs
-        return step(nnx.merge(graphdef, layer_state), c, x)
+        return step(nnx.merge(graphdef, layer_state), constrain(c, (BATCH, LENGTH, EMBED)), x)
 
     return jax.lax.scan(body, carry, (state, xs))

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from lmprobe.engine.batching import bucket_length, make_batches, restore
+from lmprobe.engine.batching import batch_size_for, bucket_length, make_batches, restore
 from lmprobe.errors import LmprobeError
 
 
@@ -16,11 +16,11 @@ def test_bucket_length():
 def test_batches_cover_inputs_and_restore_order(left_pad):
     rng = np.random.default_rng(0)
     seqs = [list(rng.integers(1, 50, size=n)) for n in rng.integers(1, 300, size=101)]
-    batches = make_batches(seqs, batch_size=8, left_pad=left_pad, multiple_of=2)
+    batches = make_batches(seqs, batch_size=4, left_pad=left_pad, data_parallel=2)  # 4 per device
     assert sorted(np.concatenate([b.indices for b in batches]).tolist()) == list(range(101))
     shapes = {b.shape for b in batches}
     assert {length for _, length in shapes} <= {8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384}
-    assert {rows for rows, _ in shapes} <= {2, 4, 8}  # full batches, or a power of two times the data axis
+    assert {rows for rows, _ in shapes} <= {2, 4, 8}  # full batches (4 x 2), or a power of two per device
     for b in batches:
         for row, i in enumerate(b.indices):
             real = b.ids[row][b.mask[row].astype(bool)]
@@ -35,6 +35,18 @@ def test_token_budget_shrinks_long_batches():
     seqs = [[1] * 1000] * 5 + [[1] * 10] * 5
     batches = make_batches(seqs, batch_size=8, max_tokens=2048)
     assert {b.shape for b in batches} == {(2, 1024), (1, 1024), (8, 12)}
+
+
+def test_batch_size_and_token_budget_are_per_device():
+    seqs = [[1] * 1000] * 9 + [[1] * 10] * 20
+    batches = make_batches(seqs, batch_size=4, max_tokens=2048, data_parallel=4)
+    # 1024-long: 2 per device (budget) x 4 = 8 rows, then 1 left: 1 per device x 4; 12-long: 4 x 4 = 16, then 4
+    assert [b.shape for b in batches] == [(8, 1024), (4, 1024), (16, 12), (4, 12)]
+    assert [len(b.indices) for b in batches] == [8, 1, 16, 4]
+    assert batch_size_for(10, 4, None, data_parallel=4) == 16
+    assert batch_size_for(5000, 4, 2048, data_parallel=4) == 4  # never below one row per device
+    # the former keyword still means the data axis
+    assert [b.shape for b in make_batches(seqs, batch_size=4, max_tokens=2048, multiple_of=4)] == [b.shape for b in batches]
 
 
 def test_empty_sequence_is_named():

@@ -208,3 +208,15 @@ def test_cli_exits_with_the_flag_that_fixes_it(tmp_path, capsys):
     out = capsys.readouterr()
     assert exit.value.code == 2 and "DOES NOT FIT" in out.out
     assert out.err.startswith("error: ") and "--model_parallel=4 " in out.err
+
+
+def test_fsdp_activations_stay_split_over_the_batch(tiny_planner):
+    """Under FSDP the layer inputs stay batch-sharded (lmprobe.models.layers.constrain): a device
+    holds about one device's worth of activations, not the gathered batch."""
+    import jax
+
+    one = make_mesh(1, devices=jax.devices()[:1])
+    rows, length = 8, 128
+    alone = tiny_planner.step(one, "fsdp", rows, length).temp_bytes
+    split = tiny_planner.step(MESH, "fsdp", rows, length).temp_bytes
+    assert split < 1.5 * alone, (split, alone)
