@@ -55,16 +55,15 @@ def batch_size_for(length: int, batch_size: int, max_tokens: int | None, data_pa
 
 def make_batches(seqs: Sequence[Sequence[int]], *, batch_size: int, max_tokens: int | None = None,
                  buckets: Sequence[int] = LENGTH_BUCKETS, pad_id: int = 0, left_pad: bool = False,
-                 data_parallel: int = 1, multiple_of: int | None = None) -> list[Batch]:
+                 data_parallel: int = 1) -> list[Batch]:
     """Bucketed, padded batches covering every sequence once, longest bucket first.
 
     ``batch_size`` and ``max_tokens`` are per shard of the mesh's 'data' axis (``data_parallel``
     shards): a full batch has ``batch_size_for(...)`` rows, ``batch_size`` x ``data_parallel`` when
     no token budget binds. The last, partial batch of a bucket has a power of two rows per shard
     that holds it. ``left_pad`` puts padding first (generation); otherwise padding goes last.
-    ``multiple_of`` is the former name of ``data_parallel``.
     """
-    d = multiple_of or data_parallel
+    d = data_parallel
     lengths = np.asarray([len(s) for s in seqs], dtype=np.int64)
     if len(lengths) and lengths.min() == 0:
         empty = int(np.argmin(lengths))

@@ -18,7 +18,7 @@ import numpy as np
 from flax import nnx
 from flax.core import spmd
 
-from lmprobe.models.axes import BATCH, EMBED, LENGTH, VOCAB
+from lmprobe.models.axes import BATCH, EMBED, LAYERS, LENGTH, VOCAB
 
 Array = jax.Array
 _init = nnx.initializers.normal(0.02)
@@ -319,7 +319,7 @@ def stacked(make: Callable[[nnx.Rngs], nnx.Module], num_layers: int, rngs: nnx.R
     blocks = create(rngs)
     for _, var in nnx.iter_graph(blocks):
         if isinstance(var, nnx.Param):
-            var.set_metadata(axes=("layers",) + tuple(var.get_metadata()["axes"]))
+            var.set_metadata(axes=(LAYERS,) + tuple(var.get_metadata()["axes"]))
     return blocks
 
 

@@ -45,8 +45,6 @@ def test_batch_size_and_token_budget_are_per_device():
     assert [len(b.indices) for b in batches] == [8, 1, 16, 4]
     assert batch_size_for(10, 4, None, data_parallel=4) == 16
     assert batch_size_for(5000, 4, 2048, data_parallel=4) == 4  # never below one row per device
-    # the former keyword still means the data axis
-    assert [b.shape for b in make_batches(seqs, batch_size=4, max_tokens=2048, multiple_of=4)] == [b.shape for b in batches]
 
 
 def test_empty_sequence_is_named():

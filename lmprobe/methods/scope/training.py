@@ -90,8 +90,8 @@ def finetune(scorer: Scorer, texts: Sequence[str], labels, label_names: Sequence
         for start in range(0, len(order), config.batch_size):
             chunk = order[start:start + config.batch_size]
             length = bucket_length(max(len(seqs[i]) for i in chunk), scorer.buckets)
-            (batch,) = make_batches([seqs[i] for i in chunk], batch_size=len(chunk), buckets=(length,),
-                                    multiple_of=data_axis)
+            (batch,) = make_batches([seqs[i] for i in chunk], batch_size=-(-len(chunk) // data_axis),
+                                    buckets=(length,), data_parallel=data_axis)
             rows = batch.shape[0]
             y, weight = np.zeros(rows, np.int32), np.zeros(rows, np.float32)
             y[:len(chunk)], weight[:len(chunk)] = labels[chunk[batch.indices]], 1.0
