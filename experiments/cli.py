@@ -52,7 +52,6 @@ def parse(p: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
 
 def dtype(args):
     """The dtype --dtype names here ('auto' resolved for the hardware, after distributed init)."""
-    runtime.initialize_distributed()
     return runtime.resolve_dtype(args.dtype)
 
 

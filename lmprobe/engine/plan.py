@@ -363,7 +363,7 @@ class _Planner:
 
     def step(self, mesh: Mesh, strategy: str, rows: int, length: int) -> StepMemory | None:
         """The engine's step compiled for ``rows`` per data shard x ``length`` (memoized)."""
-        key = (id(mesh), strategy, rows, length)
+        key = (mesh, strategy, rows, length)
         if key not in self._steps:
             self._steps[key] = self._compile(mesh, strategy, rows, length)
         return self._steps[key]

@@ -318,6 +318,7 @@ class Scorer:
         block, total = self._rows(8 * self.batch_size), len(flat_a)
         takes = [np.minimum(np.arange(start, start + block), total - 1)  # repeats, dropped below
                  for start in range(0, total, block)]
+        mask = jax.device_put(mask, replicated(self.mesh))  # one transfer, not one per block
         outs = self._run(step, ((*self._put(flat_a[t], flat_b[t]), mask) for t in takes))
         splits = np.cumsum(counts)[:-1]
         return {key: np.split(np.concatenate([o[key] for o in outs])[:total], splits) for key in (outs or [{}])[0]}

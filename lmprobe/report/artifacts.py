@@ -138,27 +138,21 @@ def _write_local(path: str, data: bytes) -> None:
 
 def _write(path, data: bytes) -> None:
     """``data`` at ``path`` atomically, on this process, whatever process it is."""
-    p = epath_of(path)
-    try:
+
+    def put(p):
         if is_remote(p):
             p.parent.mkdir(parents=True, exist_ok=True)  # no-op on object stores, needed on others
             p.write_bytes(data)  # one object, written whole: atomic on GCS / S3
         else:
             _write_local(os.fspath(p), data)
-    except LmprobeError:
-        raise
-    except Exception as e:  # noqa: BLE001 - remote back ends raise their own types (auth, HTTP, ...)
-        raise _io_error(path, "write", e) from e
+
+    _on_path(path, "write", put)
 
 
 def write_bytes(path, data: bytes) -> None:
     """``data`` at ``path``, atomically, by process 0 only."""
     if _is_main():
         _write(path, data)
-
-
-def write_text(path, text: str) -> None:
-    write_bytes(path, text.encode("utf-8"))
 
 
 def write_json(path, data) -> None:
@@ -185,13 +179,18 @@ def write_jsonl(path, rows) -> None:
         _write(path, "".join(json.dumps(r, default=_jsonable) + "\n" for r in rows).encode("utf-8"))
 
 
-def read_bytes(path) -> bytes:
+def _on_path(path, action: str, fn):
+    """``fn(epath of path)``; a back end's own error (auth, HTTP, missing gcsfs) as one LmprobeError."""
     try:
-        return epath_of(path).read_bytes()
+        return fn(epath_of(path))
     except LmprobeError:
         raise
-    except Exception as e:  # noqa: BLE001
-        raise _io_error(path, "read", e) from e
+    except Exception as e:  # noqa: BLE001 - remote back ends raise their own types
+        raise _io_error(path, action, e) from e
+
+
+def read_bytes(path) -> bytes:
+    return _on_path(path, "read", lambda p: p.read_bytes())
 
 
 def read_json(path):
@@ -199,12 +198,7 @@ def read_json(path):
 
 
 def exists(path) -> bool:
-    try:
-        return epath_of(path).exists()
-    except LmprobeError:
-        raise
-    except Exception as e:  # noqa: BLE001
-        raise _io_error(path, "reach", e) from e
+    return _on_path(path, "reach", lambda p: p.exists())
 
 
 def check_writable(directory) -> None:
