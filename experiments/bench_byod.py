@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from experiments.cli import load_scorer, main_guard, parser
+from experiments.cli import load_scorer, main_guard, parse, parser
 from lmprobe.data.corpus import load_corpus
 from lmprobe.data.profanity import load_profanity
 from lmprobe.methods import byod
@@ -73,17 +73,26 @@ class Reference:
         return self.log_ppl(r["negated"]) - self.log_ppl(r["text"])
 
     def toxicity(self, r, max_new_tokens):
-        mass = [float(self.log_probs(self.encode(t))[-1].exp()[self.profane].sum()) for t in (r["text"], r["triggered"])]
+        mass = [
+            float(self.log_probs(self.encode(t))[-1].exp()[self.profane].sum()) for t in (r["text"], r["triggered"])
+        ]
         ids = self.torch.tensor([self.encode(r["triggered"])])
         with self.torch.no_grad():
-            out = self.model.generate(ids, attention_mask=self.torch.ones_like(ids), max_new_tokens=max_new_tokens,
-                                      do_sample=False, pad_token_id=self.tokenizer.eos_token_id)
-        return mass[1] - mass[0], self.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+            out = self.model.generate(
+                ids,
+                attention_mask=self.torch.ones_like(ids),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                pad_token_id=self.tokenizer.eos_token_id,
+            )
+        return mass[1] - mass[0], self.tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
 
     def long_range(self, r):
-        (c, t), (cp, _) = (split_ids(self.tokenizer, ctx, r["target"]) for ctx in (r["context"], r["perturbed_context"]))
+        (c, t), (cp, _) = (
+            split_ids(self.tokenizer, ctx, r["target"]) for ctx in (r["context"], r["perturbed_context"])
+        )
         lp, lq = self.log_probs(c + t), self.log_probs(cp + t)
-        return float(self.jsd(lp[len(c) - 1:len(c) + len(t) - 1], lq[len(cp) - 1:len(cp) + len(t) - 1]).mean())
+        return float(self.jsd(lp[len(c) - 1 : len(c) + len(t) - 1], lq[len(cp) - 1 : len(cp) + len(t) - 1]).mean())
 
     def last_jsd(self, a_ids, b_ids):
         return float(self.jsd(self.log_probs(a_ids)[-1], self.log_probs(b_ids)[-1]))
@@ -118,8 +127,14 @@ def reference_values(ref: Reference, name: str, records, config, profanity):
     return [h for h, _ in values], float(np.mean([h for h, _ in values])), None
 
 
-PER_EXAMPLE = {"negation": "delta", "toxicity": "mass_delta", "long_range": "jsd", "word_order": "jsd",
-               "tokenization": "jsd", "entropy": "next_token_entropy"}
+PER_EXAMPLE = {
+    "negation": "delta",
+    "toxicity": "mass_delta",
+    "long_range": "jsd",
+    "word_order": "jsd",
+    "tokenization": "jsd",
+    "entropy": "next_token_entropy",
+}
 
 
 def ours_on(name: str, records, config) -> float:
@@ -132,15 +147,19 @@ def ours_on(name: str, records, config) -> float:
 
 @main_guard
 def main(argv=None):
-    p = parser(__doc__)
+    p = parser(__doc__, "bench_byod")
+    p.add_argument("--model", default="smollm2-135m", help="model to time")
     p.add_argument("--n", type=int, default=1000, help="examples per metric (ours)")
     p.add_argument("--ref_n", type=int, default=100, help="examples per metric the reference runs on (0: ours only)")
     p.add_argument("--metrics", default=",".join(byod.METRICS))
-    p.add_argument("--ref_threads", type=int, default=0,
-                   help="torch threads of the reference (0: torch's default; on a busy machine 1 can be faster)")
-    args = p.parse_args(argv)
-    config = byod.Config(metrics=tuple(args.metrics.split(",")), max_examples=args.n, seed=args.seed,
-                         temperature=0.0)
+    p.add_argument(
+        "--ref_threads",
+        type=int,
+        default=0,
+        help="torch threads of the reference (0: torch's default; on a busy machine 1 can be faster)",
+    )
+    args = parse(p, argv)
+    config = byod.Config(metrics=tuple(args.metrics.split(",")), max_examples=args.n, seed=args.seed, temperature=0.0)
     config.check()
     corpus, profanity = load_corpus(None), load_profanity()
 
@@ -157,11 +176,16 @@ def main(argv=None):
             torch.set_num_threads(args.ref_threads)
         ref = Reference(reference_model(), scorer.tokenizer, sorted(set(profanity.token_ids(scorer.tokenizer))))
         ref.log_probs(scorer.encode(["Warm-up."])[0])  # first-call set-up, not timed
-        print(f"model load: ours {load_ours:.1f} s, reference {time.perf_counter() - start:.1f} s (not in the "
-              f"times below); torch threads {torch.get_num_threads()}; corpus {corpus.name}; "
-              f"our batch size {args.batch_size}")
-    print(f"{'metric':<13}{'n':>6}{'ours s':>9}{'ours ms/ex':>11}{'ref n':>7}{'ref ms/ex':>10}"
-          f"{'ref s (N, extrap.)':>20}{'speedup':>9}{'load':>6}   value ours | ref (same ref_n examples)", flush=True)
+        print(
+            f"model load: ours {load_ours:.1f} s, reference {time.perf_counter() - start:.1f} s (not in the "
+            f"times below); torch threads {torch.get_num_threads()}; corpus {corpus.name}; "
+            f"our batch size {args.batch_size}"
+        )
+    print(
+        f"{'metric':<13}{'n':>6}{'ours s':>9}{'ours ms/ex':>11}{'ref n':>7}{'ref ms/ex':>10}"
+        f"{'ref s (N, extrap.)':>20}{'speedup':>9}{'load':>6}   value ours | ref (same ref_n examples)",
+        flush=True,
+    )
     total_ours = total_ref = 0.0
     # Ours end to end, as a user runs it: one run of every metric, so a sentence that several
     # metrics compare is computed once (its time counts in the first metric that needs it).
@@ -172,26 +196,35 @@ def main(argv=None):
             continue
         metric, ours_time = result.metrics[name], result.timings[name]
         if ref is None:
-            print(f"{name:<13}{metric.n:>6}{ours_time:>9.1f}{1e3 * ours_time / max(metric.n, 1):>11.1f}"
-                  f"   value {metric.score:.5f}", flush=True)
+            print(
+                f"{name:<13}{metric.n:>6}{ours_time:>9.1f}{1e3 * ours_time / max(metric.n, 1):>11.1f}"
+                f"   value {metric.score:.5f}",
+                flush=True,
+            )
             continue
-        sub = metric.records[:args.ref_n]
+        sub = metric.records[: args.ref_n]
         start = time.perf_counter()
         ref_values, ref_aggregate, generations = reference_values(ref, name, sub, config, profanity)
         per_ref = (time.perf_counter() - start) / max(len(sub), 1)
         extrapolated = per_ref * metric.n
         total_ours, total_ref = total_ours + ours_time, total_ref + extrapolated
         diff = max((abs(r[PER_EXAMPLE[name]] - v) for r, v in zip(sub, ref_values)), default=float("nan"))
-        print(f"{name:<13}{metric.n:>6}{ours_time:>9.1f}{1e3 * ours_time / max(metric.n, 1):>11.1f}"
-              f"{len(sub):>7}{1e3 * per_ref:>10.1f}{extrapolated:>20.1f}{extrapolated / ours_time:>8.1f}x"
-              f"{os.getloadavg()[0]:>6.1f}   {ours_on(name, sub, config):.5f} | {ref_aggregate:.5f}"
-              f"  (per-example max |diff| {diff:.1e}; ours on all {metric.n}: {metric.score:.5f})", flush=True)
+        print(
+            f"{name:<13}{metric.n:>6}{ours_time:>9.1f}{1e3 * ours_time / max(metric.n, 1):>11.1f}"
+            f"{len(sub):>7}{1e3 * per_ref:>10.1f}{extrapolated:>20.1f}{extrapolated / ours_time:>8.1f}x"
+            f"{os.getloadavg()[0]:>6.1f}   {ours_on(name, sub, config):.5f} | {ref_aggregate:.5f}"
+            f"  (per-example max |diff| {diff:.1e}; ours on all {metric.n}: {metric.score:.5f})",
+            flush=True,
+        )
         if generations is not None:
             same = np.mean([r["generation"] == g for r, g in zip(sub, generations)])
             print(f"{'':<13}greedy generations identical on {same:.0%} of the {len(sub)} examples", flush=True)
     if ref is not None and total_ours:
-        print(f"{'total':<13}{'':>6}{total_ours:>9.1f}{'':>11}{'':>7}{'':>10}{total_ref:>20.1f}"
-              f"{total_ref / total_ours:>8.1f}x   (reference time for N extrapolated from its ref_n examples)")
+        print(
+            f"{'total':<13}{'':>6}{total_ours:>9.1f}{'':>11}{'':>7}{'':>10}{total_ref:>20.1f}"
+            f"{total_ref / total_ours:>8.1f}x   (reference time for N extrapolated from its ref_n examples)"
+        )
+
 
 if __name__ == "__main__":
     main()

@@ -373,7 +373,8 @@ def print_table(rows, memory):
     print(header)
     print("-" * len(header))
     for r in rows:
-        print(f"{r.kernel:<46} {r.size:<38} {r.jax_ms:>10.2f} {r.reference_ms:>11.1f} {r.speedup:>7.1f}x  {r.reference}")
+        print(f"{r.kernel:<46} {r.size:<38} {r.jax_ms:>10.2f} {r.reference_ms:>11.1f} {r.speedup:>7.1f}x  "
+              f"{r.reference}")
     print()
     print(f"Peak memory of JSD over {memory['size']} (inputs {memory['input_mb_each']:.1f} MiB each):")
     for key, value in memory.items():
@@ -392,8 +393,10 @@ def main(argv=None):
     global PAUSE_S
     PAUSE_S = 0.0 if args.quick else 0.3
     rng = np.random.default_rng(args.seed)
-    print(f"jax {jax.__version__} on {jax.devices()[0].device_kind}, {os.cpu_count()} CPU cores, "
-          f"{'quick' if args.quick else 'full'} sizes\n")
+    print(
+        f"jax {jax.__version__} on {jax.devices()[0].device_kind}, {os.cpu_count()} CPU cores, "
+        f"{'quick' if args.quick else 'full'} sizes\n"
+    )
     rows, memory = bench_divergences(cfg, rng, args.repeats)
     rows += bench_whitening(cfg, rng, args.repeats)
     rows += bench_robust(cfg, rng, args.repeats)
@@ -403,8 +406,12 @@ def main(argv=None):
     if args.json:
         payload = {
             "mode": "quick" if args.quick else "full",
-            "environment": {"jax": jax.__version__, "device": jax.devices()[0].device_kind,
-                            "cpu_count": os.cpu_count(), "python": platform.python_version()},
+            "environment": {
+                "jax": jax.__version__,
+                "device": jax.devices()[0].device_kind,
+                "cpu_count": os.cpu_count(),
+                "python": platform.python_version(),
+            },
             "rows": [asdict(r) | {"speedup": r.speedup} for r in rows],
             "jsd_memory": memory,
         }

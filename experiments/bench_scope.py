@@ -86,11 +86,17 @@ def main(argv=None):
         start = time.perf_counter()
         ref, calls = reference_search(texts, capability, tokenizer, torch_model, head_w, head_b)
         ref_s = (time.perf_counter() - start) / max(len(ref), 1)
-        same = np.mean([ref.get(q.index) == q.perturbed for q in ours.perturbations]) if ours.perturbations else float("nan")
-        print(f"{name}: {args.samples} base texts; ours {ours.n_invariant} perturbed, {ours.candidates_scored} "
-              f"candidates in {ours.model_calls} batched calls, {ours_s:.4f} s/sample; reference {len(ref)} "
-              f"perturbed, {calls} unbatched 512-token calls, {ref_s:.4f} s/sample; speed-up {ref_s / ours_s:.1f}x; "
-              f"same choice {same:.2f}")
+        same = (
+            np.mean([ref.get(q.index) == q.perturbed for q in ours.perturbations])
+            if ours.perturbations
+            else float("nan")
+        )
+        print(
+            f"{name}: {args.samples} base texts; ours {ours.n_invariant} perturbed, {ours.candidates_scored} "
+            f"candidates in {ours.model_calls} batched calls, {ours_s:.4f} s/sample; reference {len(ref)} "
+            f"perturbed, {calls} unbatched 512-token calls, {ref_s:.4f} s/sample; speed-up {ref_s / ours_s:.1f}x; "
+            f"same choice {same:.2f}"
+        )
 
 
 if __name__ == "__main__":

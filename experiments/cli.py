@@ -1,52 +1,88 @@
-"""What every front end shares: the common flags, one writer and one printer in multi-process
-runs, progress bars, and turning bad input into one clear line.
+"""What every front end shares: the shared flags, parsing (flags from dataclasses, experiments.flags),
+logging, one writer and one printer in multi-process runs, progress bars, provenance, and turning
+bad input into one clear line.
 
 A front end runs unchanged as N processes of one ``jax.distributed`` job (a TPU pod, or N
 processes on localhost): ``parse`` joins the job before anything touches a device, every process
-computes the same numbers, and process 0 alone prints (``say``, ``progress``) and writes
-(lmprobe.report.artifacts does nothing on the other processes).
+computes the same numbers, and process 0 alone logs (on stderr), prints the summary (``say``, on
+stdout), shows progress and writes (lmprobe.report.artifacts does nothing on the other processes).
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import functools
+import logging
+import shlex
 import sys
+import time
+import types
 
 from tqdm.auto import tqdm
 
+from experiments import flags
+from lmprobe import log as _logging
 from lmprobe.engine import runtime
 from lmprobe.errors import LmprobeError
 from lmprobe.report import artifacts
 
+log = _logging.get("experiments")
+SHARED, FRONT_END = "shared (the same in every front end)", "front end"
+EPILOG = """\
+lists: repeat the flag or use commas (--model=a,b --model=c); optional values take 'none'; booleans
+are --flag / --no_flag. --config=FILE reads flags from YAML or JSON (the same names; lists as lists);
+flags on the command line override it. Log lines (--verbosity) go to stderr, the summary to stdout.
+"""
 
-def parser(description: str, *, default_model: str = "smollm2-135m") -> argparse.ArgumentParser:
-    """An argument parser with the flags named the same across experiments."""
-    p = argparse.ArgumentParser(description=description)
-    p.add_argument("--model", default=default_model,
-                   help="local HF directory, hub id, alias (opt-13b, pythia-70m, ...), .gguf file, "
-                        "or an embedded default (smollm2-135m, minilm-l6)")
-    p.add_argument("--dtype", choices=runtime.DTYPES, default="auto",
-                   help="parameter and compute dtype; auto: bfloat16 on GPU/TPU, float32 on CPU "
-                        "(logits and softmax stay float32)")
-    p.add_argument("--offline", action="store_true", help="never contact the model hub")
-    p.add_argument("--allow_pickle", action="store_true",
-                   help="allow loading pickled .bin/.pt weights (runs code from the file: trusted files only)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--batch_size", type=int, default=16,
-                   help="sequences per device per batch (global batch = batch_size x data-parallel devices)")
-    p.add_argument("--model_parallel", type=int, default=1,
-                   help="devices that share one model copy (the mesh's 'model' axis); the rest split the data")
-    p.add_argument("--sharding", choices=["fsdp", "tp"], default="fsdp",
-                   help="fsdp: every weight split over all devices; tp: heads/MLP/vocab split over 'model' only")
+
+@dataclasses.dataclass(frozen=True)
+class Shared:
+    """Flags that mean the same thing in every front end."""
+
+    # parameter and compute dtype; auto: bfloat16 on GPU/TPU, float32 on CPU (logits, softmax stay float32)
+    dtype: str = "auto"
+    batch_size: int = 16  # sequences per device per batch (global = batch_size x data-parallel devices)
+    model_parallel: int = 1  # devices sharing one model copy (the mesh's 'model' axis); the rest split the data
+    sharding: str = "fsdp"  # fsdp: every weight split over all devices; tp: heads/MLP/vocab over 'model' only
+    revision: str | None = None  # hub revision (branch, tag or commit) of hub models; none: the default branch
+    offline: bool = False  # never contact the model hub (as HF_HUB_OFFLINE=1 does)
+    allow_pickle: bool = False  # allow pickled .bin/.pt weights (runs the file's code: trusted files only)
+    seed: int = 0  # every random choice flows from it
+    verbosity: str = "info"  # log messages shown on stderr: debug, info, warning or error
+
+
+def parser(doc: str, name: str | None = None) -> flags.Parser:
+    """A parser with the shared flags; the front end adds its own (``front_end``) and its method's
+    (``method``) from their dataclasses. ``doc`` (the module docstring) is shown as written;
+    ``name``: the front end's (``python -m experiments.NAME``, ``lmprobe NAME``)."""
+    p = flags.Parser(flags.PROG.format(name=name) if name else None, description=doc, epilog=EPILOG)
+    p.group(FRONT_END)  # listed first, the shared flags last
+    p.trailing = (SHARED,)
+    flags.add(p, Shared, group=SHARED, choices={"dtype": runtime.DTYPES, "sharding": ("fsdp", "tp"),
+                                                "verbosity": tuple(_logging.LEVELS)})
     return p
 
 
-def parse(p: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
+def method_group(cls) -> str:
+    return f"method ({cls.__module__}.{cls.__qualname__})"
+
+
+def method(p: flags.Parser, cls, **kwargs) -> flags.Flags:
+    """The flags of a method's Config (fields the shared group has, such as seed, read those)."""
+    return flags.add(p, cls, group=method_group(cls), **kwargs)
+
+
+def front_end(p: flags.Parser, cls, **kwargs) -> flags.Flags:
+    """The flags of a front end's own dataclass (model names, data, output directory)."""
+    return flags.add(p, cls, group=FRONT_END, **kwargs)
+
+
+def parse(p: flags.Parser, argv=None):
     """``p.parse_args(argv)``, then join the multi-process job if this is one (before any device
-    is touched: a device query first would fix a one-process job)."""
+    is touched: a device query first would fix a one-process job), then set up logging."""
     args = p.parse_args(argv)
     runtime.initialize_distributed()
+    _logging.setup(args.verbosity, is_main=runtime.is_main)
     return args
 
 
@@ -55,13 +91,33 @@ def dtype(args):
     return runtime.resolve_dtype(args.dtype)
 
 
-def load_scorer(args, **kwargs):
-    """The Scorer the common flags describe."""
+def offline(args) -> bool | None:
+    """--offline, else None: HF_HUB_OFFLINE decides."""
+    return True if args.offline else None
+
+
+def scorer_kwargs(args) -> dict:
+    """Scorer.load's keyword arguments from the shared flags (also for scope.variants.load_scorer)."""
+    return dict(dtype=dtype(args), model_parallel=args.model_parallel, strategy=args.sharding, revision=args.revision,
+                offline=offline(args), allow_pickle=args.allow_pickle, batch_size=args.batch_size)
+
+
+def load_scorer(args, name: str | None = None, **kwargs):
+    """The Scorer of ``name`` (default --model) as the shared flags describe it."""
     from lmprobe.engine import Scorer
 
-    return Scorer.load(args.model, dtype=dtype(args), model_parallel=args.model_parallel,
-                       strategy=args.sharding, offline=args.offline, allow_pickle=args.allow_pickle,
-                       batch_size=args.batch_size, **kwargs)
+    return Scorer.load(name or args.model, **{**scorer_kwargs(args), **kwargs})
+
+
+def load_checkpoint(args, name: str, **kwargs):
+    """``lmprobe.checkpoints.load`` as the shared flags describe it: dtype, revision, and the
+    parameters placed on the mesh of --model_parallel / --sharding, as Scorer.load places them."""
+    from lmprobe.checkpoints import load
+    from lmprobe.engine import make_mesh, placement
+
+    place = placement(make_mesh(args.model_parallel), args.sharding)
+    return load(name, dtype=dtype(args), place=place, offline=offline(args), allow_pickle=args.allow_pickle,
+                revision=args.revision, **kwargs)
 
 
 def output_dir(path) -> str:
@@ -71,12 +127,52 @@ def output_dir(path) -> str:
     return str(path)
 
 
-say = runtime.main_print  # print on process 0 only
+def say(*args, **kwargs) -> None:
+    """The result (a front end's summary) on stdout, from process 0 only; messages go to ``log``."""
+    if runtime.is_main():
+        print(*args, **kwargs)
 
 
 def progress(iterable, desc: str = "", **kwargs):
-    """A progress bar over ``iterable`` on process 0; the bare iteration elsewhere."""
-    return tqdm(iterable, desc=desc, disable=not runtime.is_main(), **kwargs)
+    """A progress bar over ``iterable`` on process 0 when stderr is a terminal and --verbosity
+    shows info; the bare iteration otherwise."""
+    quiet = not runtime.is_main() or not _logging.enabled(logging.INFO)
+    return tqdm(iterable, desc=desc, disable=True if quiet else None, **kwargs)
+
+
+class Run:
+    """A front end's run: when it started, its command line, its flags and the models it loaded,
+    for the ``run_info`` of every results.json it writes."""
+
+    def __init__(self, argv=None):
+        self.started = time.time()
+        self.given, self.argv = argv, list(sys.argv)
+        self.args, self.models, self.checkpoints = None, {}, []
+
+    def parse(self, p: flags.Parser):
+        self.args = parse(p, self.given)
+        self.argv = list(sys.argv) if self.given is None else [*shlex.split(p.prog), *map(str, self.given)]
+        return self.args
+
+    def loaded(self, name: str, scorer):
+        """Record ``scorer``'s identity and mesh (not the scorer: its weights may be freed); returns it."""
+        self.models[name] = types.SimpleNamespace(
+            name=name, identity=getattr(scorer, "identity", None) or {"name": name},
+            mesh=getattr(scorer, "mesh", None), strategy=getattr(scorer, "strategy", None))
+        return scorer
+
+    def info(self, names=None, **extra) -> dict:
+        from lmprobe.report.provenance import run_info
+
+        models = [self.models[n] for n in (self.models if names is None else names) if n in self.models]
+        return run_info(scorers=models, checkpoints=self.checkpoints, seed=getattr(self.args, "seed", None),
+                        started=self.started, argv=self.argv,
+                        extra={"flags": dict(vars(self.args)) if self.args else {}, **extra})
+
+    def write(self, path, result: dict, names=None) -> None:
+        """``result`` with its ``run_info`` to ``path``; an earlier run's file there is kept aside."""
+        result["run_info"] = self.info(names)
+        artifacts.write_results(path, result)
 
 
 def main_guard(fn):

@@ -4,6 +4,7 @@ meta semantic templates (evaluator LMs paraphrase, an encoder filters, parsing a
     python -m experiments.mstemp --model=TARGET --evaluator=NAME [--evaluator=NAME ...]
         [--filter=minilm-l6 --dataset=offline-sentiment --n_templates=5 --m_samples=3 --tau=0.7
          --attack=none|typo|synonym --output_dir=runs/mstemp]
+    lmprobe mstemp --model=smollm2-135m --evaluator=smollm2-135m,pythia-70m --label_names=negative,positive
 
 Writes OUTPUT_DIR/results.json and OUTPUT_DIR/samples.jsonl (seed, paraphrase, similarity,
 template, filled sample, label, prediction). Paraphrases are cached under OUTPUT_DIR/cache: a
@@ -12,15 +13,37 @@ rerun (or a run after an interruption) reuses them.
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 
-from experiments.cli import load_scorer, main_guard, output_dir, parse, parser, progress, say
+from experiments import cli
+from experiments.cli import load_scorer, log, main_guard, output_dir, progress, say
 from lmprobe.data.labelled import OFFLINE_DEFAULT, load_labelled
-from lmprobe.methods import mstemp
 from lmprobe.errors import LmprobeError
+from lmprobe.methods import mstemp
 from lmprobe.methods.mstemp import filter as semantic_filter
+from lmprobe.methods.mstemp import templates
 from lmprobe.methods.mstemp.run import ATTACKS
-from lmprobe.report.artifacts import join, write_json, write_jsonl
+from lmprobe.report.artifacts import join, write_jsonl
+
+
+@dataclasses.dataclass(frozen=True)
+class FrontEnd:
+    model: str = "smollm2-135m"  # target model whose accuracy drop is measured
+    evaluator: tuple[str, ...] = ("smollm2-135m",)  # evaluator LMs that paraphrase the seeds
+    filter: str = semantic_filter.DEFAULT_FILTER  # encoder of the semantic filter
+    dataset: str = OFFLINE_DEFAULT  # .csv/.tsv/.jsonl, tfds:glue/sst2, hf:glue:sst2:validation or offline-sentiment
+    split: str = "validation"  # split of tfds / hf datasets
+    text_column: str = "text"  # text column of the dataset
+    label_column: str = "label"  # label column of the dataset
+    max_examples: int | None = None  # seed examples to use (none: all)
+    output_dir: str = "runs/mstemp"  # results.json, samples.jsonl and the paraphrase cache
+
+
+def build_parser():
+    p = cli.parser(__doc__, "mstemp")
+    cli.front_end(p, FrontEnd)
+    return p, cli.method(p, mstemp.Config, choices={
+        "attack": tuple(sorted(ATTACKS)), "tagger": ("auto", "nltk", "wordnet"), "slot_kinds": templates.SLOT_KINDS})
 
 
 def _summary(result: dict, rows: list[dict]) -> str:
@@ -40,61 +63,34 @@ def _summary(result: dict, rows: list[dict]) -> str:
 
 @main_guard
 def main(argv=None):
-    p = parser(__doc__)
-    p.add_argument("--evaluator", action="append", default=None,
-                   help="evaluator LM that paraphrases the seeds (repeat the flag for several; default smollm2-135m)")
-    p.add_argument("--filter", default=semantic_filter.DEFAULT_FILTER, help="encoder of the semantic filter")
-    p.add_argument("--dataset", default=OFFLINE_DEFAULT,
-                   help=".csv/.tsv/.jsonl, tfds:glue/sst2, hf:glue:sst2:validation or offline-sentiment")
-    p.add_argument("--split", default="validation")
-    p.add_argument("--text_column", default="text")
-    p.add_argument("--label_column", default="label")
-    p.add_argument("--label_names", default=None, help="comma-separated words for the classes (zero-shot prompt)")
-    p.add_argument("--max_examples", type=int, default=None, help="seed examples to use (default all)")
-    p.add_argument("--n_templates", type=int, default=5, help="n: templates kept per seed and evaluator")
-    p.add_argument("--n_candidates", type=int, default=None, help="paraphrases sampled per seed (default n_templates)")
-    p.add_argument("--m_samples", type=int, default=3, help="m: fillings per template")
-    p.add_argument("--tau", type=float, default=semantic_filter.DEFAULT_TAU, help="cosine threshold of the filter")
-    p.add_argument("--attack", default="none", choices=sorted(ATTACKS))
-    p.add_argument("--attack_strength", type=int, default=1, help="typo / synonym edits per sample")
-    p.add_argument("--tagger", default="auto", choices=["auto", "nltk", "wordnet"])
-    p.add_argument("--repeats", type=int, default=10, help="draws of N generated samples (fair comparison)")
-    p.add_argument("--temperature", type=float, default=0.8)
-    p.add_argument("--top_p", type=float, default=0.95)
-    p.add_argument("--max_new_tokens", type=int, default=48)
-    p.add_argument("--output_dir", default="runs/mstemp")
-    args = parse(p, argv)
-    evaluators = args.evaluator or ["smollm2-135m"]
-
-    config = mstemp.Config(
-        n_templates=args.n_templates, n_candidates=args.n_candidates, m_samples=args.m_samples, tau=args.tau,
-        attack=args.attack, attack_strength=args.attack_strength, tagger=args.tagger, repeats=args.repeats,
-        temperature=args.temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed,
-        label_names=tuple(args.label_names.split(",")) if args.label_names else None)
+    run = cli.Run(argv)
+    p, method = build_parser()
+    args = run.parse(p)
+    config = method.make(args)
     config.check()
     data = load_labelled(args.dataset, text_column=args.text_column, label_column=args.label_column,
                          split=args.split, max_examples=args.max_examples, seed=args.seed)
     mstemp.check_data(data)
     if config.label_names and len(config.label_names) != len(data.label_names):
         raise LmprobeError(f"--label_names gives {len(config.label_names)} names for "
-                                      f"{len(data.label_names)} classes {list(data.label_names)}")
+                           f"{len(data.label_names)} classes {list(data.label_names)}")
     out = output_dir(args.output_dir)  # before any model work: a directory we cannot write fails now
-    say(f"{len(data)} seeds from {data.source}; classes {list(data.label_names)}")
+    log.info(f"{len(data)} seeds from {data.source}; classes {list(data.label_names)}")
     if not config.label_names and all(n.isdigit() for n in data.label_names):
-        say("note: the classes are numbers; a decoder target scores these words zero-shot: "
-              "give --label_names=negative,positive (in class order) for meaningful prompts")
+        log.warning("the classes are numbers; a decoder target scores these words zero-shot: "
+                    "give --label_names=negative,positive (in class order) for meaningful prompts")
 
     scorers = {}
 
     def get(name):
         if name not in scorers:
-            scorers[name] = load_scorer(argparse.Namespace(**{**vars(args), "model": name}))
+            scorers[name] = run.loaded(name, load_scorer(args, name))
         return scorers[name]
 
-    result, rows = mstemp.run(get(args.model), {name: get(name) for name in evaluators}, get(args.filter), data,
+    result, rows = mstemp.run(get(args.model), {name: get(name) for name in args.evaluator}, get(args.filter), data,
                               config, target_name=args.model, filter_name=args.filter,
                               cache_dir=join(out, "cache"), progress=progress)
-    write_json(join(out, "results.json"), result)
+    run.write(join(out, "results.json"), result)
     write_jsonl(join(out, "samples.jsonl"), rows)
     say(_summary(result, rows))
     say(f"\nresults in {out}")

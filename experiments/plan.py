@@ -4,13 +4,15 @@ memory per device, and the largest batch per length bucket that fits, from confi
     python -m experiments.plan --model=opt-13b --dtype=bfloat16 --devices=8 --hbm=16GiB
     python -m experiments.plan --model=opt-13b --dtype=bfloat16 --devices=1 --hbm=80GB
     python -m experiments.plan --model=llama-2-7b --devices=8 --sharding=tp --model_parallel=8 --hbm=16GiB
+    lmprobe plan --model=pythia-12b --devices=4 --hbm=24GiB --buckets=512,2048 --json=plan.json
 
 --devices=N plans for N devices: the machine's own when it has N, else N simulated CPU devices
 (this script sets --xla_force_host_platform_device_count=N before jax starts). --hbm is the
 memory per device (16GiB, 32GiB, 80GB, 80e9); by default the devices' own limit, and none on
 CPU (then the plan only reports). No weight is read: the configs of the papers' models ship
 with lmprobe, so plans work offline. Exits with status 2 and the flag that fixes it when the
-model does not fit.
+model does not fit. --revision plans the config.json of that hub revision (from the cache, else
+downloaded alone unless --offline).
 """
 
 from __future__ import annotations
@@ -22,11 +24,17 @@ import sys
 
 
 def simulate_devices(argv=None) -> int | None:
-    """Read --devices from ``argv`` and, before jax starts, give the CPU backend that many devices."""
-    pre = argparse.ArgumentParser(add_help=False)
-    pre.add_argument("--devices", type=int)
-    n = pre.parse_known_args(argv)[0].devices
-    if n is None or n < 1:
+    """Read --devices from ``argv`` (or its --config file) and, before jax starts, give the CPU
+    backend that many devices."""
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pre.add_argument("--devices")
+    pre.add_argument("--config")
+    known = pre.parse_known_args(argv)[0]
+    try:
+        n = int(known.devices if known.devices is not None or not known.config else _from_config(known.config))
+    except (TypeError, ValueError):  # absent, or not a number: the real parser says so
+        return None
+    if n < 1:
         return n
     if "jax" not in sys.modules:
         flags = re.sub(r"--xla_force_host_platform_device_count=\S+", "", os.environ.get("XLA_FLAGS", ""))
@@ -41,29 +49,38 @@ def simulate_devices(argv=None) -> int | None:
     return n
 
 
-def _add(p: argparse.ArgumentParser, flag: str, **kwargs) -> None:
-    """Add a plan-only flag unless the common parser already has it."""
-    if flag not in p._option_string_actions:
-        p.add_argument(flag, **kwargs)
+def _from_config(path: str):
+    """'devices' of a YAML / JSON config file; None when it cannot tell (the real parser reports)."""
+    try:
+        import yaml
+
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+        return data.get("devices") if isinstance(data, dict) else None
+    except Exception:  # noqa: BLE001 - the real parser reads the file again and says what is wrong
+        return None
 
 
 def build_parser():
-    from experiments.cli import parser
+    import dataclasses
 
-    p = parser("Memory plan before loading: parameters, activations and the largest batch per "
-               "bucket per device, from config.json alone", default_model="opt-13b")
-    _add(p, "--devices", type=int, default=None,
-         help="plan for this many devices (the machine's own if it has as many, else simulated CPU devices)")
-    _add(p, "--hbm", default=None,
-         help="memory per device: 16GiB, 32GiB, 80GB, 80e9 (default: the devices' own limit; none on CPU)")
-    _add(p, "--max_length", type=int, default=None,
-         help="longest bucket (default: the model's context)")
-    _add(p, "--max_tokens", type=int, default=None,
-         help="cap on tokens per batch per device (rows = min(batch_size, max_tokens // length))")
-    _add(p, "--buckets", default="128,512,2048",
-         help="bucket lengths to search for the largest batch (plus --max_length), comma-separated")
-    _add(p, "--json", default=None, help="also write the plan as JSON to this file")
+    from experiments import cli
+
+    @dataclasses.dataclass(frozen=True)
+    class FrontEnd:
+        model: str = "opt-13b"  # alias, hub id, local directory, config.json or .gguf (no weight is read)
+        devices: int | None = None  # plan for this many devices (the machine's own if it has them, else simulated)
+        hbm: str | None = None  # memory per device: 16GiB, 32GiB, 80GB, 80e9 (none: the devices' own; none on CPU)
+        max_length: int | None = None  # longest bucket (none: the model's context)
+        # cap on tokens per batch per device (rows = min(batch_size, max_tokens // length))
+        max_tokens: int | None = None
+        buckets: tuple[int, ...] = (128, 512, 2048)  # bucket lengths to search for the largest batch (and --max_length)
+        json: str | None = None  # also write the plan as JSON to this file
+
+    p = cli.parser(__doc__, "plan")
+    cli.front_end(p, FrontEnd)
     return p
+
 
 
 def _devices(n: int | None):
@@ -106,22 +123,20 @@ def main(argv=None):
 def _main(argv=None):
     import json
 
+    from lmprobe import log
     from lmprobe.engine.mesh import make_mesh
     from lmprobe.engine.plan import check_fits, device_hbm, parse_bytes, plan
-    from lmprobe.errors import LmprobeError
 
     args = build_parser().parse_args(argv)
+    log.setup(args.verbosity)
     devices, simulated = _devices(args.devices)
     mesh = make_mesh(args.model_parallel, devices)
     hbm = parse_bytes(args.hbm) if args.hbm is not None else device_hbm(devices)
-    try:
-        buckets = [int(b) for b in args.buckets.split(",") if b.strip()]
-    except ValueError:
-        raise LmprobeError(f"--buckets={args.buckets} is not a comma-separated list of lengths") from None
+    model = args.model
     kwargs = dict(dtype=_dtype(args.dtype, simulated, devices[0].platform), mesh=mesh, strategy=args.sharding,
                   batch_size=args.batch_size, max_length=args.max_length, max_tokens=args.max_tokens,
-                  hbm_bytes=hbm, offline=args.offline or None)
-    result = plan(args.model, buckets=buckets, **kwargs)
+                  hbm_bytes=hbm, offline=True if args.offline else None, revision=args.revision)
+    result = plan(model, buckets=list(args.buckets), **kwargs)
     if simulated:
         n = len(devices)
         result.notes.append(f"{n} device{'s' * (n > 1)} simulated on CPU (--devices={n})")
@@ -130,7 +145,7 @@ def _main(argv=None):
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(result.to_dict(), f, indent=2, default=str)
     if result.fits is False:
-        check_fits(args.model, **kwargs)  # raises, naming the flag that fixes it
+        check_fits(model, **kwargs)  # raises, naming the flag that fixes it
 
 
 if __name__ == "__main__":

@@ -12,9 +12,12 @@ Model names: anything lmprobe loads, with variants (smollm2-135m@bf16, @int8,
 (--head=finetune, App. A recipe) or a linear probe (--head=probe). --task=lm compares next-token
 distributions after each text minus its last word (App. G).
 
-Offline demo (no labelled data offline: the default dataset has SILVER labels, see
-lmprobe.data.labelled): python -m experiments.scope --reference=smollm2-135m
-    --target=smollm2-135m@bf16 --target=smollm2-135m@int8 --target=smollm2-135m@drop-layer=15
+Several targets: repeat --target or use commas. Offline demo (no labelled data offline: the
+default dataset has SILVER labels, see lmprobe.data.labelled):
+
+    python -m experiments.scope --reference=smollm2-135m
+        --target=smollm2-135m@bf16 --target=smollm2-135m@int8 --target=smollm2-135m@drop-layer=15
+    lmprobe scope --reference=minilm-l6 --target=minilm-l6@int8,minilm-l6@bf16 --head=probe --capability=typo
 
 Writes OUTPUT_DIR/results.json, samples.jsonl, metrics.png (and matrix_*.png with --matrix);
 searches are cached in OUTPUT_DIR/cache, so a rerun resumes.
@@ -22,15 +25,51 @@ searches are cached in OUTPUT_DIR/cache, so a rerun resumes.
 
 from __future__ import annotations
 
-from experiments.cli import dtype, main_guard, output_dir, parse, parser, progress, say
+import dataclasses
+
+from experiments import cli
+from experiments.cli import log, main_guard, output_dir, progress, say
 from lmprobe.data.labelled import OFFLINE_DEFAULT, load_labelled
 from lmprobe.errors import LmprobeError
-from lmprobe.methods.scope import capabilities, metrics, models, run as scope_run, training, variants
+from lmprobe.methods.scope import capabilities, metrics, models, training, variants
+from lmprobe.methods.scope import run as scope_run
 from lmprobe.report import scope_plots
-from lmprobe.report.artifacts import join, write_json, write_jsonl
+from lmprobe.report.artifacts import join, write_jsonl
 
 DEFAULT_REFERENCE = "smollm2-135m"
 DEFAULT_TARGETS = ("smollm2-135m@bf16", "smollm2-135m@int8", "smollm2-135m@drop-layer=15")
+TRAIN_HELP = {"learning_rate": "learning rate of trained heads; none: 2e-5 (finetune), 1e-2 (probe)"}
+
+
+@dataclasses.dataclass(frozen=True)
+class FrontEnd:
+    reference: str = DEFAULT_REFERENCE  # reference model m1, whose invariant perturbations are searched
+    # target models m2: anything lmprobe loads, variants (NAME@bf16, @int8, @drop-layer=K), blackbox:NAME
+    target: tuple[str, ...] = DEFAULT_TARGETS
+    dataset: str = OFFLINE_DEFAULT  # csv/tsv/jsonl, tfds:NAME[:SPLIT], hf:NAME[:CONFIG][:SPLIT]
+    train_dataset: str | None = None  # training data of fine-tuned heads (none: from --dataset)
+    text_column: str = "text"  # text column of the dataset
+    label_column: str = "label"  # label column of the dataset
+    split: str = "test"  # base-sample split of tfds/hf datasets
+    max_examples: int = 200  # base samples (App. H: >= 50 give tight intervals)
+    max_train: int = 2000  # training examples of fine-tuned heads and probes
+    head: str = "auto"  # classifier: auto (decoders zero-shot, encoders finetune), finetune, probe, zero-shot
+    samples: int = 10  # draws per text for blackbox: models
+    matrix: bool = False  # also every reference x target pair
+    output_dir: str = "runs/scope"  # results.json, samples.jsonl, plots and the search cache
+
+
+def build_parser():
+    p = cli.parser(__doc__, "scope")
+    cli.front_end(p, FrontEnd, aliases={"reference": "--model"},
+                  choices={"head": ("auto", "finetune", "probe", "zero-shot")})
+    method = cli.method(p, scope_run.Config, aliases={"n_bootstrap": "--bootstrap"},
+                        choices={"capability": tuple(capabilities.CAPABILITIES), "task": scope_run.TASKS,
+                                 "objective": ("l1", "kl")})
+    train = cli.method(p, training.TrainConfig, help=TRAIN_HELP, defaults={"learning_rate": None},
+                       names={"batch_size": "train_batch_size", "pooling": "head_pooling"},
+                       choices={"pooling": ("mean", "cls")})
+    return p, method, train
 
 
 def _data(args):
@@ -44,14 +83,15 @@ def _data(args):
                 load_labelled(args.dataset, split=args.split, max_examples=args.max_examples, **kw))
     data = load_labelled(args.dataset, **kw)
     train, test = data.split(0.2, seed=args.seed)
-    return train.subset(range(min(len(train), args.max_train))), test.subset(range(min(len(test), args.max_examples)))
+    return (train.subset(range(min(len(train), args.max_train))),
+            test.subset(range(min(len(test), args.max_examples))))
 
 
 class _Models:
     """Builds each named model once."""
 
-    def __init__(self, args, train):
-        self.args, self.train, self.built = args, train, {}
+    def __init__(self, run, train_flags, train):
+        self.args, self.run, self.train_flags, self.train, self.built = run.args, run, train_flags, train, {}
 
     def __call__(self, name: str):
         if name not in self.built:
@@ -66,21 +106,18 @@ class _Models:
                 raise LmprobeError(f"'{name}': black boxes give labels, so they need --task=classify")
             return models.SampledModel(name, models.sampler_from(inner), inner.label_names, k=args.samples,
                                        seed=args.seed, unknown_token=inner.unknown_token)
-        scorer = variants.load_scorer(name, dtype=dtype(args), offline=args.offline,
-                                      allow_pickle=args.allow_pickle, batch_size=args.batch_size)
+        scorer = self.run.loaded(name, variants.load_scorer(name, **cli.scorer_kwargs(args)))
         if args.task == "lm":
             return models.NextToken(name, scorer)
         names = self.train.label_names
         head = args.head if args.head != "auto" else ("zero-shot" if scorer.is_decoder else "finetune")
         if head == "zero-shot":
             return models.ZeroShotClassifier(name, scorer, names)
-        config = training.TrainConfig(learning_rate=args.learning_rate or (2e-5 if head == "finetune" else 1e-2),
-                                      batch_size=args.train_batch_size, epochs=args.epochs, seed=args.seed)
+        config = self.train_flags.make(args, learning_rate=args.learning_rate or (2e-5 if head == "finetune" else 1e-2))
         train_fn = training.finetune if head == "finetune" else training.linear_probe
         kw = {"progress": progress} if head == "finetune" else {}
         model, losses = train_fn(scorer, self.train.texts, self.train.labels, names, config=config, name=name, **kw)
-        say(f"{name}: {head} on {len(self.train)} examples, epoch losses "
-              + ", ".join(f"{l:.4f}" for l in losses))
+        log.info(f"{name}: {head} on {len(self.train)} examples, epoch losses " + ", ".join(f"{l:.4f}" for l in losses))
         return model
 
 
@@ -88,53 +125,31 @@ def _summary(result: dict) -> str:
     rows = [f"== SCoPE: reference {result['reference']}, capability {result['capability']}, task "
             f"{result['task']}: {result['n_invariant']}/{result['n_examples']} examples got an invariant "
             f"perturbation ({result['n_pairs']} pairs; skipped {result['skipped'] or 'none'}); search "
-            f"{result['search']['seconds']:.1f} s, {result['search']['seconds_per_perturbed_sample']:.3f} s per sample",
+            f"{result['search']['seconds']:.1f} s, "
+            f"{result['search']['seconds_per_perturbed_sample']:.3f} s per sample",
             f"{'target':<32}" + "".join(f"{scope_plots.LABELS[m]:>17}" for m in metrics.METRICS)]
     for name, row in result["targets"].items():
-        rows.append(f"{name:<32}" + "".join(f"{row[m]:>8.3f} [{row['intervals'][m][0]:.2f},{row['intervals'][m][1]:.2f}]"
-                                            .rjust(17) for m in metrics.METRICS))
+        cells = (f"{row[m]:>8.3f} [{row['intervals'][m][0]:.2f},{row['intervals'][m][1]:.2f}]" for m in metrics.METRICS)
+        rows.append(f"{name:<32}" + "".join(cell.rjust(17) for cell in cells))
     return "\n".join(rows)
 
 
 @main_guard
 def main(argv=None):
-    p = parser(__doc__, default_model=DEFAULT_REFERENCE)
-    p.add_argument("--reference", default=DEFAULT_REFERENCE)
-    p.add_argument("--target", action="append", default=None, help="repeatable")
-    p.add_argument("--capability", default="synonym", help=", ".join(capabilities.CAPABILITIES))
-    p.add_argument("--task", default="classify", choices=scope_run.TASKS)
-    p.add_argument("--dataset", default=OFFLINE_DEFAULT, help="csv/tsv/jsonl, tfds:NAME[:SPLIT], hf:NAME[:CONFIG][:SPLIT]")
-    p.add_argument("--train_dataset", default=None, help="training data for fine-tuned heads (default: from --dataset)")
-    p.add_argument("--text_column", default="text")
-    p.add_argument("--label_column", default="label")
-    p.add_argument("--split", default="test", help="base-sample split of tfds/hf datasets")
-    p.add_argument("--max_examples", type=int, default=200, help="base samples (App. H: >= 50 give tight intervals)")
-    p.add_argument("--max_train", type=int, default=2000)
-    p.add_argument("--trials", type=int, default=3)
-    p.add_argument("--max_words", type=int, default=1, help="words one perturbation may change")
-    p.add_argument("--objective", default="l1", choices=("l1", "kl"))
-    p.add_argument("--head", default="auto", choices=("auto", "finetune", "probe", "zero-shot"))
-    p.add_argument("--epochs", type=int, default=5)
-    p.add_argument("--learning_rate", type=float, default=None, help="default 2e-5 (finetune), 1e-2 (probe)")
-    p.add_argument("--train_batch_size", type=int, default=64)
-    p.add_argument("--samples", type=int, default=10, help="draws per text for blackbox: models")
-    p.add_argument("--tolerance", type=float, default=metrics.DEFAULT_TOLERANCE)
-    p.add_argument("--cutoff", type=float, default=metrics.DEFAULT_CUTOFF)
-    p.add_argument("--bootstrap", type=int, default=metrics.DEFAULT_BOOTSTRAP)
-    p.add_argument("--matrix", action="store_true", help="also every reference x target pair")
-    p.add_argument("--output_dir", default="runs/scope")
-    args = parse(p, argv)
-    targets = args.target or list(DEFAULT_TARGETS)
-    config = scope_run.Config(capability=args.capability, task=args.task, objective=args.objective,
-                              trials=args.trials, max_words=args.max_words, tolerance=args.tolerance,
-                              cutoff=args.cutoff, n_bootstrap=args.bootstrap, seed=args.seed)
+    run = cli.Run(argv)
+    p, method, train_flags = build_parser()
+    args = run.parse(p)
+    targets = list(args.target)
+    config = method.make(args)
     config.check()
+    train_flags.make(args, learning_rate=args.learning_rate or 1e-2).check()
     for name in [args.reference, *targets]:
         variants.split_name(name.split(":", 1)[-1])  # bad variant names fail before loading
     train, test = _data(args)
     out = output_dir(args.output_dir)  # before any model work: a directory we cannot write fails now
-    say(f"dataset {test.source}: {len(train)} training, {len(test)} base examples, labels {list(test.label_names)}")
-    build = _Models(args, train)
+    log.info(f"dataset {test.source}: {len(train)} training, {len(test)} base examples, "
+             f"labels {list(test.label_names)}")
+    build = _Models(run, train_flags, train)
     reference = build(args.reference)
     texts, labels, decode = test.texts, test.labels, None
     if args.task == "lm":
@@ -150,7 +165,7 @@ def main(argv=None):
         result["matrix"] = scope_run.matrix(everyone, texts, labels, config, cache_dir=cache, progress=progress)
         for m in ("hard_scope", "soft_scope", "ood_agreement"):
             scope_plots.matrix_heatmap(result["matrix"], m, join(out, f"matrix_{m}.png"))
-    write_json(join(out, "results.json"), result)
+    run.write(join(out, "results.json"), result)
     write_jsonl(join(out, "samples.jsonl"), samples)
     scope_plots.metric_bars(result, join(out, "metrics.png"))
     say(_summary(result))

@@ -1,10 +1,12 @@
 """Smoke run: load both embedded models, score a sentence, embed two sentences.
 
     python -m experiments.smoke [--model=smollm2-135m] [--encoder=minilm-l6]
+    lmprobe smoke --dtype=bfloat16 --model_parallel=2
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import jax
@@ -12,13 +14,26 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from experiments.cli import dtype, main_guard, parse, parser, say
-from lmprobe.checkpoints import load
+from experiments import cli
+from experiments.cli import main_guard, say
+
+
+@dataclasses.dataclass(frozen=True)
+class FrontEnd:
+    model: str = "smollm2-135m"  # causal LM to load and score the text with
+    encoder: str = "minilm-l6"  # sentence encoder to load
+    text: str = "The capital of France is Paris."  # the sentence scored
+
+
+def build_parser():
+    p = cli.parser(__doc__, "smoke")
+    cli.front_end(p, FrontEnd)
+    return p
 
 
 def _timed_load(name, args):
     start = time.perf_counter()
-    loaded = load(name, dtype=dtype(args), offline=args.offline, allow_pickle=args.allow_pickle)
+    loaded = cli.load_checkpoint(args, name)
     jax.block_until_ready(nnx.state(loaded.model))
     return loaded, time.perf_counter() - start
 
@@ -42,10 +57,7 @@ def mean_pooled(loaded, texts: list[str]) -> np.ndarray:
 
 @main_guard
 def main(argv=None):
-    p = parser(__doc__)
-    p.add_argument("--encoder", default="minilm-l6", help="sentence encoder to load")
-    p.add_argument("--text", default="The capital of France is Paris.")
-    args = parse(p, argv)
+    args = cli.parse(build_parser(), argv)
 
     lm, lm_s = _timed_load(args.model, args)
     nll, n = sentence_nll(lm, args.text)

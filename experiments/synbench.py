@@ -2,6 +2,7 @@
 
     python -m experiments.synbench --model=NAME [--eps=0,0.2,0.4,0.6,0.8 --a_t=0.6,0.7,0.8,0.9 --n=2048
                                    --covariance=identity|band --prior=0.5 --norm=2 --output_dir=runs/synbench]
+    lmprobe synbench --model=google/vit-base-patch16-224 --dtype=bfloat16 --scales=reference --eps=0,0.4
 
 NAME is ``identity`` (the sanity baseline, score about 1), ``random_projection``, a JAX function
 ``package.module:function`` mapping inputs [B, *input_shape] to [B, ...], a ViT checkpoint
@@ -13,52 +14,63 @@ OUTPUT_DIR/cache, so a rerun resumes.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import math
 import os
 
-from experiments.cli import dtype, load_scorer, main_guard, output_dir, parse, parser, progress, say
+from experiments import cli
+from experiments.cli import load_scorer, main_guard, output_dir, progress, say
 from lmprobe.data import gaussian
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import robust_probe, synbench
 from lmprobe.report import plots
-from lmprobe.report.artifacts import join, write_json
+from lmprobe.report.artifacts import join
 
 DEFAULT_MODEL = "identity"
 FUNCTION_INPUT_SHAPE = (64,)  # d for identity / random_projection / custom functions (n >> d: score ~ 1)
 PROJECTION_DIM = 32
 
 
-def _floats(text: str, flag: str) -> tuple[float, ...]:
-    try:
-        return tuple(float(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise LmprobeError(f"{flag}={text!r} must be a comma-separated list of numbers") from None
+def _scale(text: str):
+    return list(gaussian.SCALE_GRIDS[text]) if text in gaussian.SCALE_GRIDS else float(text)
 
 
-def _shape(text: str | None, default):
-    if not text:
-        return default
-    try:
-        return tuple(int(v) for v in text.replace("x", ",").split(",") if v.strip())
-    except ValueError:
-        raise LmprobeError(f"--input_shape={text!r} must look like 3,224,224 or 8x576") from None
+def _norm(text: str) -> float:
+    return math.inf if text.lower() in ("inf", "infinity") else float(text)
 
 
-def _config(args) -> synbench.Config:
-    scales = gaussian.SCALE_GRIDS.get(args.scales) or _floats(args.scales, "--scales")
-    norm = math.inf if args.norm in ("inf", "Inf", "infinity") else float(args.norm)
-    config = synbench.Config(epsilons=_floats(args.eps, "--eps"), a_t=_floats(args.a_t, "--a_t"), scales=scales,
-                             n=args.n, covariance=args.covariance, band=_floats(args.band, "--band"),
-                             prior=args.prior, norm=norm, relative_epsilon=not args.absolute_eps, seed=args.seed,
-                             batch_size=args.batch_size)
-    config.check()
-    return config
+def _dims(text: str) -> list[int]:
+    return [int(v) for v in text.split("x")]
 
 
-def representation_for(args) -> synbench.Representation:
+@dataclasses.dataclass(frozen=True)
+class FrontEnd:
+    # identity, random_projection, package.module:function, a ViT checkpoint or a language model
+    model: str = DEFAULT_MODEL
+    input_shape: tuple[int, ...] | None = None  # input of identity / random_projection / functions: 3,224,224 or 8x576
+    channel_axis: int | None = None  # channel axis of the band covariance (functions)
+    projection_dim: int = PROJECTION_DIM  # output width of random_projection
+    seq_len: int = synbench.DEFAULT_SEQ_LEN  # tokens per Gaussian input (LMs)
+    pooling: str | None = None  # LMs: mean, cls, last, first_last_avg (none: last for decoders, mean for encoders)
+    layer: int = -1  # LMs: hidden layer to pool
+    output_dir: str = "runs/synbench"  # results.json, bound_threshold.png and the representation cache
+
+
+def build_parser():
+    p = cli.parser(__doc__, "synbench")
+    cli.front_end(p, FrontEnd, convert={"input_shape": _dims})
+    method = cli.method(p, synbench.Config, aliases={"epsilons": "--eps"},
+                        convert={"scales": _scale, "norm": _norm}, choices={"covariance": gaussian.COVARIANCES})
+    p.group(cli.method_group(synbench.Config)).add_argument(
+        "--absolute_eps", dest="relative_epsilon", action="store_false", help="same as --no_relative_epsilon")
+    p.set_defaults(batch_size=synbench.Config.batch_size)
+    return p, method
+
+
+def representation_for(args, run: cli.Run | None = None) -> synbench.Representation:
     """The representation network NAME describes (models load here, after the checks)."""
-    name, shape = args.model, _shape(args.input_shape, FUNCTION_INPUT_SHAPE)
+    name, shape = args.model, args.input_shape or FUNCTION_INPUT_SHAPE
     common = {"batch_size": args.batch_size, "channel_axis": args.channel_axis}
     if name == "identity":
         return synbench.identity_representation(shape, **common)
@@ -69,23 +81,27 @@ def representation_for(args) -> synbench.Representation:
         try:
             fn = getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError) as e:
-            raise LmprobeError(f"--model={name}: cannot import function {attr!r} from module {module!r} ({e})") from None
+            raise LmprobeError(f"--model={name}: cannot import function {attr!r} from module {module!r} "
+                               f"({e})") from None
         return synbench.function_representation(name, fn, shape, **common)
     from lmprobe.checkpoints.resolve import resolve
     from lmprobe.models import family_for
 
-    ckpt = resolve(name, offline=args.offline, allow_pickle=args.allow_pickle)
+    ckpt = resolve(name, offline=cli.offline(args), allow_pickle=args.allow_pickle, revision=args.revision)
     if family_for(ckpt.config, where=ckpt.location).name == "vit":
-        from lmprobe.checkpoints import load
+        from lmprobe.checkpoints import identity
+        from lmprobe.engine.scorer import model_identity
         from lmprobe.models import vit
 
-        loaded = load(name, dtype=dtype(args), offline=args.offline, allow_pickle=args.allow_pickle,
-                      tokenizer=False)
+        loaded = cli.load_checkpoint(args, name, tokenizer=False)
+        about = model_identity(loaded.model, name=name, checkpoint=identity(loaded.checkpoint), dtype=cli.dtype(args))
+        if run is not None:
+            run.checkpoints.append(about)
         cfg = loaded.config
         mean, std = vit.image_normalization(loaded.checkpoint.location, cfg.num_channels)
         return synbench.vit_representation(loaded.model, name, mean=mean, std=std, image_size=cfg.image_size,
-                                           channels=cfg.num_channels, batch_size=args.batch_size)
-    scorer = load_scorer(args)
+                                           channels=cfg.num_channels, batch_size=args.batch_size, identity=about)
+    scorer = load_scorer(args) if run is None else run.loaded(name, load_scorer(args))
     return synbench.scorer_representation(scorer, name, seq_len=args.seq_len, pooling=args.pooling, layer=args.layer)
 
 
@@ -108,33 +124,16 @@ def summary(result: dict) -> str:
 
 @main_guard
 def main(argv=None):
-    p = parser(__doc__, default_model=DEFAULT_MODEL)
-    p.add_argument("--eps", default="0,0.2,0.4,0.6,0.8", help="robust budgets (fractions of ||mu|| unless --absolute_eps)")
-    p.add_argument("--a_t", default="0.6,0.7,0.8,0.9", help="threshold accuracies, each in (0.5, 1)")
-    p.add_argument("--n", type=int, default=2048, help="samples per scale in each of the train and test splits")
-    p.add_argument("--scales", default="paper", help="paper (0.1..5.0), reference (0.1..4.9) or a comma list")
-    p.add_argument("--covariance", choices=gaussian.COVARIANCES, default="identity")
-    p.add_argument("--band", default=",".join(map(str, gaussian.DEFAULT_BAND)),
-                   help="band covariance: autocovariance c0,c1,c2 along each channel")
-    p.add_argument("--prior", type=float, default=0.5, help="class prior tau = P(y = +1)")
-    p.add_argument("--norm", default="2", help="p of the l_p budget: 1, 2 or inf")
-    p.add_argument("--absolute_eps", action="store_true", help="eps is the radius itself, not a fraction of ||mu||")
-    p.add_argument("--input_shape", default=None, help="input shape of identity / random_projection / functions")
-    p.add_argument("--channel_axis", type=int, default=None, help="channel axis of the band covariance (functions)")
-    p.add_argument("--projection_dim", type=int, default=PROJECTION_DIM)
-    p.add_argument("--seq_len", type=int, default=synbench.DEFAULT_SEQ_LEN, help="tokens per Gaussian input (LMs)")
-    p.add_argument("--pooling", default=None, help="LMs: mean, cls, last, first_last_avg (default last / mean)")
-    p.add_argument("--layer", type=int, default=-1, help="LMs: hidden layer to pool")
-    p.add_argument("--output_dir", default="runs/synbench")
-    p.set_defaults(batch_size=64)
-    args = parse(p, argv)
-
-    config = _config(args)  # bad settings fail before any model loads
+    run = cli.Run(argv)
+    p, method = build_parser()
+    args = run.parse(p)
+    config = method.make(args)
+    config.check()  # bad settings fail before any model loads
     out = output_dir(args.output_dir)  # so does a directory we cannot write
-    rep = representation_for(args)
+    rep = representation_for(args, run)
     result = synbench.run(rep, config, cache_dir=join(out, "cache"), progress=progress).to_json()
     result["argmax_eps"] = {str(a): robust_probe.suggest_epsilon(result["scores"], a) for a in config.a_t}
-    write_json(join(out, "results.json"), result)
+    run.write(join(out, "results.json"), result)
     plots.synbench_bound_threshold(result, join(out, "bound_threshold.png"))
     say(summary(result))
     say(f"\nresults in {out}")

@@ -2,6 +2,8 @@
 
     python -m experiments.syntextbench [--model=NAME[,NAME...]] [--n=8192 --a_t=0.7 --lexicon=sentiwordnet
                                         --output_dir=runs/syntextbench --seed=0]
+    lmprobe syntextbench --model=minilm-l6 --model=smollm2-135m --levels=0,0.2,0.4 --no_baselines
+    lmprobe syntextbench --config=syntextbench.yaml --n=4096
 
 Writes OUTPUT_DIR/results.json and plots (one model), or OUTPUT_DIR/<model>/results.json per
 model plus a comparison table and plots (several). Embeddings are cached in OUTPUT_DIR/cache:
@@ -10,16 +12,29 @@ a rerun (or a run after an interruption) reuses them.
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import os
 import re
 
-from experiments.cli import load_scorer, main_guard, output_dir, parse, parser, progress, say
+from experiments import cli
+from experiments.cli import load_scorer, log, main_guard, output_dir, progress, say
 from lmprobe.methods import syntextbench
 from lmprobe.report import plots
 from lmprobe.report.artifacts import join, write_json
 
 DEFAULT_MODEL = "minilm-l6"
+
+
+@dataclasses.dataclass(frozen=True)
+class FrontEnd:
+    model: tuple[str, ...] = (DEFAULT_MODEL,)  # models: local HF dir, hub id, alias, .gguf, smollm2-135m, minilm-l6
+    output_dir: str = "runs/syntextbench"  # results.json, plots and the embedding cache
+
+
+def build_parser():
+    p = cli.parser(__doc__, "syntextbench")
+    cli.front_end(p, FrontEnd)
+    return p, cli.method(p, syntextbench.Config)
 
 
 def _slug(name: str) -> str:
@@ -42,41 +57,24 @@ def _summary(result: dict) -> str:
 
 @main_guard
 def main(argv=None):
-    p = parser(__doc__, default_model=DEFAULT_MODEL)
-    p.add_argument("--n", type=int, default=8192, help="sentences per difficulty level (train + test)")
-    p.add_argument("--a_t", type=float, default=syntextbench.DEFAULT_A_T, help="accuracy threshold of the score")
-    p.add_argument("--lexicon", default="sentiwordnet",
-                   help="sentiwordnet, vader, afinn, textblob, or a path (SentiWordNet 3.0 text file or word<TAB>score)")
-    p.add_argument("--levels", default=None, help="comma-separated mixing ratios p (default: 0, 0.05, ..., 0.95)")
-    p.add_argument("--p_n", type=float, default=syntextbench.Config.p_n,
-                   help="share of steps that repeat an unpaired word (0: the paper's no-nesting ablation)")
-    p.add_argument("--p_e", type=float, default=syntextbench.Config.p_e, help="end-of-sentence probability")
-    p.add_argument("--pooling", default=None, help="mean, cls, last, first_last_avg (default: the paper's per model type)")
-    p.add_argument("--no_baselines", action="store_true", help="skip Val loss / MDL / SDL / eSC")
-    p.add_argument("--baseline_steps", type=int, default=4000)
-    p.add_argument("--icl_examples", type=int, default=256, help="test sentences per level for in-context accuracy")
-    p.add_argument("--output_dir", default="runs/syntextbench")
-    args = parse(p, argv)
-    models = [m for m in args.model.split(",") if m]
-
-    config = syntextbench.Config(
-        lexicon=args.lexicon, n=args.n, a_t=args.a_t, p_e=args.p_e, p_n=args.p_n, pooling=args.pooling, seed=args.seed,
-        baselines=not args.no_baselines, baseline_steps=args.baseline_steps, icl_examples=args.icl_examples,
-        **({"levels": tuple(float(x) for x in args.levels.split(","))} if args.levels else {}))
+    run = cli.Run(argv)
+    p, method = build_parser()
+    args = run.parse(p)
+    config = method.make(args)
     tasks = syntextbench.build_tasks(config)  # bad settings and lexicons fail before any model loads
     lists = tasks.lists
     run_dir = output_dir(args.output_dir)  # before any model work: a directory we cannot write fails now
-    say(f"lexicon {args.lexicon}: {len(lists.positive)} positive, {len(lists.negative)} negative, "
-          f"{len(lists.neutral)} neutral words; {len(config.levels)} levels x {config.n} sentences")
+    log.info(f"lexicon {config.lexicon}: {len(lists.positive)} positive, {len(lists.negative)} negative, "
+             f"{len(lists.neutral)} neutral words; {len(config.levels)} levels x {config.n} sentences")
 
     results = []
-    for name in models:
-        scorer = load_scorer(argparse.Namespace(**{**vars(args), "model": name}))
+    for name in args.model:
+        scorer = run.loaded(name, load_scorer(args, name))
         result = syntextbench.run(scorer, config, model_name=name, tasks=tasks,
                                   cache_dir=join(run_dir, "cache"), progress=progress).to_json()
         result["truncated_inputs"] = scorer.truncated
-        out = run_dir if len(models) == 1 else join(run_dir, _slug(name))
-        write_json(join(out, "results.json"), result)
+        out = run_dir if len(args.model) == 1 else join(run_dir, _slug(name))
+        run.write(join(out, "results.json"), result, names=[name])
         plots.margin_accuracy([result], join(out, "margin_accuracy.png"))
         plots.goodness([result], join(out, "goodness.png"))
         say(_summary(result))

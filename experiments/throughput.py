@@ -1,6 +1,7 @@
 """Throughput of forward scoring and generation, beside transformers' PyTorch model, in one run.
 
     python -m experiments.throughput --model=smollm2-135m [--output_dir=runs/throughput]
+    lmprobe throughput --model=opt-1.3b --dtype=bfloat16 --forward=8x512,32x128 --generation=8x64x64
 
 For each (batch per device, length) shape it prints tokens/s over all devices, achieved GFLOP/s
 (an analytic count: 2 FLOPs per matmul parameter per token plus attention) and MFU: the ratio to
@@ -14,6 +15,7 @@ prints and writes results.json into --output_dir.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import time
@@ -23,11 +25,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from experiments.cli import load_scorer, main_guard, output_dir, parse, parser, say
+from experiments import cli
+from experiments.cli import load_scorer, log, main_guard, output_dir, say
 from lmprobe.engine import Scorer
 from lmprobe.engine.batching import bucket_length
 from lmprobe.engine.mesh import DATA
-from lmprobe.engine.runtime import resolve_dtype
+from lmprobe.errors import LmprobeError
 from lmprobe.report import artifacts
 
 # Advertised dense (no sparsity) bf16 peak per device, TFLOP/s, by jax.devices()[0].device_kind
@@ -70,7 +73,7 @@ def matmul_peak(dtype, repeats: int) -> float:
     for n in (1024, 2048, 4096) if jax.default_backend() != "cpu" else (512, 1024, 2048):
         a = jnp.ones((n, n), dtype)
         mm = jax.jit(lambda x: x @ x)
-        best = max(best, 2 * n ** 3 / best_time(lambda: mm(a).block_until_ready(), repeats) / 1e9)
+        best = max(best, 2 * n ** 3 / best_time(lambda a=a, mm=mm: mm(a).block_until_ready(), repeats) / 1e9)
     return best
 
 
@@ -120,7 +123,7 @@ def bench_generate(scorer: Scorer, batch: int, prompt: int, new: int, repeats: i
             "gflops": tokens_per_s * flops_per_token(scorer, bucket_length(prompt) + new) / 1e9}
 
 
-def torch_reference(name: str):
+def torch_reference(name: str, **resolve_kwargs):
     """transformers' PyTorch model of the same weights in float32, or None without torch."""
     try:
         import torch
@@ -129,7 +132,7 @@ def torch_reference(name: str):
         return None
     from lmprobe.checkpoints.resolve import resolve
 
-    ckpt = resolve(name)
+    ckpt = resolve(name, **resolve_kwargs)
     if ckpt.location.endswith(".gguf"):
         model = AutoModelForCausalLM.from_pretrained(os.path.dirname(ckpt.location),
                                                      gguf_file=os.path.basename(ckpt.location))
@@ -164,35 +167,55 @@ def torch_generate(model, batch, prompt, new, repeats, rng) -> dict:
     return {"tokens_per_s": batch * new / best_time(run, repeats)}
 
 
-def _shapes(text: str) -> list[tuple[int, ...]]:
-    return [tuple(int(x) for x in s.split("x")) for s in text.split(",") if s]
+def _shape(text: str) -> tuple[int, ...]:
+    """'16x128' -> (16, 128)."""
+    try:
+        return tuple(int(x) for x in text.split("x"))
+    except ValueError:
+        raise LmprobeError(f"shape {text!r}: write it as numbers joined by x, such as 16x128") from None
+
+
+def _checked(text: str) -> str:
+    _shape(text)
+    return text
+
+
+@dataclasses.dataclass(frozen=True)
+class FrontEnd:
+    model: str = "smollm2-135m"  # causal LM to time: local HF dir, hub id, alias, .gguf, embedded default
+    forward: tuple[str, ...] = ("1x128", "16x128", "4x512")  # batch (per data-parallel device) x length
+    # batch (per data-parallel device) x prompt x new tokens of generation
+    generation: tuple[str, ...] = ("1x16x32", "8x16x32")
+    repeats: int = 3  # timed calls per shape (the fastest counts), after one warm-up call
+    torch: str = "auto"  # also time transformers' PyTorch model (auto: when torch is installed, float32 only)
+    output_dir: str = "runs/throughput"  # where results.json goes
+
+
+def build_parser():
+    p = cli.parser(__doc__, "throughput")
+    cli.front_end(p, FrontEnd, convert={"forward": _checked, "generation": _checked},
+                  choices={"torch": ("auto", "off")})
+    return p
 
 
 @main_guard
 def main(argv=None):
-    p = parser(__doc__)
-    p.add_argument("--forward", default="1x128,16x128,4x512",
-                   help="batch (per data-parallel device) x length shapes for scoring")
-    p.add_argument("--generation", default="1x16x32,8x16x32",
-                   help="batch (per data-parallel device) x prompt x new-token shapes")
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--torch", default="auto", choices=["auto", "off"],
-                   help="also time transformers' PyTorch model (auto: when torch is installed, float32 only)")
-    p.add_argument("--output_dir", default="runs/throughput", help="where results.json goes")
-    args = parse(p, argv)
+    run = cli.Run(argv)
+    args = run.parse(build_parser())
     out = output_dir(args.output_dir)
-    dtype = resolve_dtype(args.dtype)
+    dtype = cli.dtype(args)
     rng = np.random.default_rng(args.seed)
 
-    scorer = load_scorer(args)
+    scorer = run.loaded(args.model, load_scorer(args))
     data = scorer.mesh.shape[DATA]
     peak, peak_source = peak_gflops(dtype, args.repeats)
     reference = None
     if args.torch == "auto":
         if dtype == jnp.float32:
-            reference = torch_reference(args.model)
+            reference = torch_reference(args.model, offline=cli.offline(args), revision=args.revision,
+                                        allow_pickle=args.allow_pickle)
         else:
-            say(f"no torch reference: it runs in float32 only (this run: {jnp.dtype(dtype).name})")
+            log.info(f"no torch reference: it runs in float32 only (this run: {jnp.dtype(dtype).name})")
     device = f"{jax.devices()[0].device_kind} x{jax.device_count()} ({jax.default_backend()})"
     say(f"{args.model} on {device}, {jnp.dtype(dtype).name}, {data} data-parallel; peak {peak:.1f} GFLOP/s "
         f"({peak_source})")
@@ -200,27 +223,32 @@ def main(argv=None):
                "devices": jax.device_count(), "data_parallel": data, "dtype": jnp.dtype(dtype).name,
                "peak_gflops": peak, "peak_source": peak_source, "forward": [], "generation": []}
 
-    sections = (("forward", _shapes(args.forward), ("length",), bench_forward, torch_forward),
-                ("generation", _shapes(args.generation), ("prompt", "new_tokens"), bench_generate, torch_generate))
+    forward, generation = [_shape(s) for s in args.forward], [_shape(s) for s in args.generation]
+    sections = (("forward", forward, ("length",), bench_forward, torch_forward),
+                ("generation", generation, ("prompt", "new_tokens"), bench_generate, torch_generate))
     for section, shapes, names, bench, torch_bench in sections:
         rate = "tokens/s" if section == "forward" else "new tok/s"
         say(f"\n{section + ' (batch per device)':>30} {rate:>10} {'GFLOP/s':>9} {'MFU':>6} "
             f"{'torch tok/s':>12} {'ratio':>6}")
         for batch, *rest in shapes:
+            if len(rest) != len(names):
+                raise LmprobeError(f"--{section} shape {'x'.join(map(str, (batch, *rest)))} needs "
+                                   f"{len(names) + 1} numbers: batch x {' x '.join(names)}")
             scorer.batch_size = batch
             row = {"batch_per_device": batch, "batch": batch * data, **dict(zip(names, rest)),
                    **bench(scorer, batch * data, *rest, args.repeats, rng)}
             row["mfu"] = row["gflops"] / peak
             columns = ""
             if reference is not None:
-                row["torch_tokens_per_s"] = torch_bench(reference, batch * data, *rest, args.repeats, rng)["tokens_per_s"]
-                columns = f"{row['torch_tokens_per_s']:>12.1f} {row['tokens_per_s'] / row['torch_tokens_per_s']:>6.2f}"
+                ref = torch_bench(reference, batch * data, *rest, args.repeats, rng)["tokens_per_s"]
+                row["torch_tokens_per_s"] = ref
+                columns = f"{ref:>12.1f} {row['tokens_per_s'] / ref:>6.2f}"
             results[section].append(row)
             shape = f"{batch} x {rest[0]}" + "".join(f" + {r}" for r in rest[1:])
             say(f"{shape:>30} {row['tokens_per_s']:>10.1f} {row['gflops']:>9.1f} {row['mfu']:>6.1%} {columns}")
 
     path = artifacts.join(out, "results.json")
-    artifacts.write_json(path, results)
+    run.write(path, results)
     say(f"\nwrote {path}")
 
 

@@ -9,7 +9,8 @@ placement that puts each parameter straight onto its sharding).
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -32,11 +33,13 @@ class Loaded(NamedTuple):
 
 
 def load(name: str, *, dtype=jnp.float32, param_dtype=None, place: Placement | None = None,
-         offline: bool | None = None, allow_pickle: bool = False, tokenizer: bool = True) -> Loaded:
-    """Resolve ``name`` (path, hub id, alias, GGUF, embedded default); build its model and tokenizer."""
+         offline: bool | None = None, allow_pickle: bool = False, tokenizer: bool = True,
+         revision: str | None = None) -> Loaded:
+    """Resolve ``name`` (path, hub id, alias, GGUF, embedded default; ``revision`` for hub models);
+    build its model and tokenizer."""
     from lmprobe.checkpoints.resolve import resolve
 
-    ckpt = resolve(name, offline=offline, allow_pickle=allow_pickle)
+    ckpt = resolve(name, offline=offline, allow_pickle=allow_pickle, revision=revision)
     family = family_for(ckpt.config, where=ckpt.location)
     if tokenizer and not getattr(family.model, "takes_text", True):
         raise CheckpointError(

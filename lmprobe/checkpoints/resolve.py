@@ -10,9 +10,10 @@ from __future__ import annotations
 import difflib
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 from lmprobe.checkpoints import aliases, hub, pickle_io, safetensors_io
 from lmprobe.checkpoints.base import TensorSource, listing, read_json

@@ -44,7 +44,7 @@ class _Entry(NamedTuple):
     dtype: np.dtype
     shape: tuple[int, ...]
     offset: int  # absolute, from the start of the file
-    file: "SafetensorsFile"
+    file: SafetensorsFile
 
 
 def _corrupt(path: str, detail: str) -> CheckpointError:

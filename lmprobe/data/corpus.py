@@ -17,8 +17,8 @@ rarely full sentences and start in lower case. See the corpus tests for the coun
 
 Paragraphs are split on blank lines and re-flowed (runs of whitespace -> one space) before
 sentence splitting, so no sentence holds a line break. max_documents caps how many source
-documents are read: paragraphs of a .txt file, files of a directory, rows, quotations, examples. Corpus.documents gives each
-paragraph back as one text.
+documents are read: paragraphs of a .txt file, files of a directory, rows, quotations, examples.
+Corpus.documents gives each paragraph back as one text.
 """
 
 from __future__ import annotations
@@ -46,19 +46,23 @@ SPLIT_NAMES = ("train", "test", "validation", "valid", "dev")
 # Sentence splitting (rule based: no nltk punkt data offline)
 
 # Never end a sentence: titles and reference abbreviations ("Mr. Smith", "e.g. this", "Fig. 3").
-ABBREVIATIONS = frozenset("""
+ABBREVIATIONS = frozenset(
+    """
     mr mrs ms dr prof st mt ft rev hon gen col lt sgt capt cmdr adm gov sen rep pres messrs
     mme mlle vs v e.g i.e cf viz approx fig figs eq eqs ch sec vol vols no nos pp p ed eds op
     dept univ est ca c jan feb mar apr jun jul aug sep sept oct nov dec
-""".split())
+""".split()
+)
 # End a sentence only before a common sentence-initial word: "in the U.S. The ...", "Plan B. It
 # ...", but "J. R. R. Tolkien", "U.S. Army", "Smith et al. (2020)".
 AMBIGUOUS = frozenset("etc inc ltd co corp jr sr al bros".split())
-STARTERS = frozenset("""
+STARTERS = frozenset(
+    """
     the a an this that these those it its he she they we i you his her their our my there
     here in on at but and or so however after before when while if as for to some many most
     one all each every such what who why how then thus also yet since although though because
-""".split())
+""".split()
+)
 _BOUNDARY = re.compile(r"(?:[.!?]+|…)[\"'”’»)\]]*(?=\s)")
 _OPENERS = "\"'“‘«(["
 
@@ -75,19 +79,19 @@ def split_sentences(text: str) -> list[str]:
     sentences, start = [], 0
     for match in _BOUNDARY.finditer(text):
         if _ends_sentence(text, start, match):
-            sentences.append(text[start:match.end()].strip())
+            sentences.append(text[start : match.end()].strip())
             start = match.end()
     sentences.append(text[start:].strip())
     return [s for s in sentences if s]
 
 
 def _ends_sentence(text: str, start: int, match: re.Match) -> bool:
-    rest = text[match.end():].lstrip().lstrip(_OPENERS)
+    rest = text[match.end() :].lstrip().lstrip(_OPENERS)
     if not rest or not (rest[0].isupper() or rest[0].isdigit()):
         return False
     if not match.group().startswith(".") or match.group().startswith(".."):
         return True  # ! ? and ellipses
-    before = text[start:match.start()].split()
+    before = text[start : match.start()].split()
     word = before[-1].lstrip(_OPENERS).lower() if before else ""
     if word in ABBREVIATIONS:
         return False
@@ -141,13 +145,13 @@ class Corpus:
                 if sentences:
                     out.append(sentences)
         if not out:
-            raise LmprobeError(f"corpus '{name}' has no text: give a corpus with at least one "
-                               "non-empty sentence")
+            raise LmprobeError(f"corpus '{name}' has no text: give a corpus with at least one non-empty sentence")
         return cls(name, out)
 
 
-def load_corpus(spec: str | None = None, *, column: str = "text", split: str = "train",
-                max_documents: int | None = None) -> Corpus:
+def load_corpus(
+    spec: str | None = None, *, column: str = "text", split: str = "train", max_documents: int | None = None
+) -> Corpus:
     """The corpus named by spec (module docstring): None / "default" ("fortunes"), "fortunes",
     "wordnet-examples", a .txt file, a directory (*.txt, recursively, sorted), a .jsonl / .csv /
     .tsv file with a `column` of text, "tfds:NAME[:SPLIT]" or "hf:NAME[:CONFIG][:SPLIT]"."""
@@ -166,14 +170,16 @@ def load_corpus(spec: str | None = None, *, column: str = "text", split: str = "
     if os.path.isdir(path):
         files = sorted(glob.glob(os.path.join(path, "**", "*.txt"), recursive=True))
         if not files:
-            raise LmprobeError(f"corpus directory '{spec}' holds no .txt files: put UTF-8 .txt "
-                               "files in it (searched recursively)")
+            raise LmprobeError(
+                f"corpus directory '{spec}' holds no .txt files: put UTF-8 .txt files in it (searched recursively)"
+            )
         return Corpus.from_texts(spec, (read_text(f) for f in _take(files, max_documents)))
     if not os.path.isfile(path):
         raise LmprobeError(
             f"corpus '{spec}' is not a file, a directory or a known corpus name: give a .txt, "
             ".jsonl, .csv or .tsv file, a directory of .txt files, 'fortunes', "
-            "'wordnet-examples', 'tfds:NAME[:SPLIT]' or 'hf:NAME[:CONFIG][:SPLIT]'")
+            "'wordnet-examples', 'tfds:NAME[:SPLIT]' or 'hf:NAME[:CONFIG][:SPLIT]'"
+        )
     suffix = os.path.splitext(path)[1].lower()
     if suffix == ".jsonl":
         texts = _jsonl_texts(path, column)
@@ -200,8 +206,10 @@ def read_text(path: str) -> str:
             raise UnicodeDecodeError("utf-8", data, 0, 1, "NUL byte")
         return data.decode("utf-8-sig")
     except UnicodeDecodeError:
-        raise LmprobeError(f"corpus file '{path}' is not text (binary or not UTF-8): convert it "
-                           "to UTF-8 text (iconv -t utf-8) or leave it out") from None
+        raise LmprobeError(
+            f"corpus file '{path}' is not text (binary or not UTF-8): convert it "
+            "to UTF-8 text (iconv -t utf-8) or leave it out"
+        ) from None
 
 
 def _jsonl_texts(path: str, column: str) -> Iterator[str]:
@@ -211,12 +219,15 @@ def _jsonl_texts(path: str, column: str) -> Iterator[str]:
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:
-            raise LmprobeError(f"corpus file '{path}' line {number} is not JSON ({e.msg}): give "
-                               "one JSON object per line") from None
+            raise LmprobeError(
+                f"corpus file '{path}' line {number} is not JSON ({e.msg}): give one JSON object per line"
+            ) from None
         if not isinstance(row, dict) or column not in row:
             keys = sorted(row) if isinstance(row, dict) else type(row).__name__
-            raise LmprobeError(f"corpus file '{path}' line {number} has no '{column}' field "
-                               f"(it has {keys}): name the text field with --column")
+            raise LmprobeError(
+                f"corpus file '{path}' line {number} has no '{column}' field "
+                f"(it has {keys}): name the text field with --column"
+            )
         if isinstance(row[column], str):
             yield row[column]
 
@@ -225,8 +236,10 @@ def _table_texts(path: str, column: str, delimiter: str) -> Iterator[str]:
     csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
     reader = csv.DictReader(read_text(path).splitlines(), delimiter=delimiter)
     if column not in (reader.fieldnames or []):
-        raise LmprobeError(f"corpus file '{path}' has no '{column}' column (its header: "
-                           f"{reader.fieldnames}): name the text column with --column")
+        raise LmprobeError(
+            f"corpus file '{path}' has no '{column}' column (its header: "
+            f"{reader.fieldnames}): name the text column with --column"
+        )
     for row in reader:
         yield row[column] or ""
 
@@ -236,8 +249,9 @@ def optional_import(module: str, pip_name: str, spec: str):
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise LmprobeError(f"'{spec}' needs the '{pip_name}' package: pip install "
-                           f"{pip_name}, or give a local file") from None
+        raise LmprobeError(
+            f"'{spec}' needs the '{pip_name}' package: pip install {pip_name}, or give a local file"
+        ) from None
 
 
 def _sliced(split: str, max_documents: int | None) -> str:
@@ -255,12 +269,16 @@ def _tfds_texts(spec: str, column: str, split: str, max_documents: int | None) -
     try:
         dataset = tfds.load(parts[1], split=_sliced(split, max_documents))
     except Exception as e:
-        raise LmprobeError(f"corpus '{spec}': tfds cannot load '{parts[1]}' split '{split}' "
-                           f"({type(e).__name__}: {e}): check the name and that it is prepared") from None
+        raise LmprobeError(
+            f"corpus '{spec}': tfds cannot load '{parts[1]}' split '{split}' "
+            f"({type(e).__name__}: {e}): check the name and that it is prepared"
+        ) from None
     for i, example in enumerate(tfds.as_numpy(dataset)):
         if column not in example:
-            raise LmprobeError(f"corpus '{spec}' has no '{column}' feature (it has "
-                               f"{sorted(example)}): name the text feature with --column")
+            raise LmprobeError(
+                f"corpus '{spec}' has no '{column}' feature (it has "
+                f"{sorted(example)}): name the text feature with --column"
+            )
         value = example[column]
         yield value.decode("utf-8") if isinstance(value, bytes) else str(value)
         if max_documents is not None and i + 1 >= max_documents:
@@ -291,11 +309,15 @@ def _hf_texts(spec: str, column: str, split: str, max_documents: int | None) -> 
     try:
         dataset = datasets.load_dataset(name, config, split=_sliced(split, max_documents))
     except Exception as e:
-        raise LmprobeError(f"corpus '{spec}': datasets cannot load '{name}' (config {config}, "
-                           f"split '{split}'): {type(e).__name__}: {e}") from None
+        raise LmprobeError(
+            f"corpus '{spec}': datasets cannot load '{name}' (config {config}, "
+            f"split '{split}'): {type(e).__name__}: {e}"
+        ) from None
     if column not in dataset.column_names:
-        raise LmprobeError(f"corpus '{spec}' has no '{column}' column (it has "
-                           f"{dataset.column_names}): name the text column with --column")
+        raise LmprobeError(
+            f"corpus '{spec}' has no '{column}' column (it has "
+            f"{dataset.column_names}): name the text column with --column"
+        )
     for i, value in enumerate(dataset[column]):
         if isinstance(value, str):
             yield value
@@ -316,8 +338,10 @@ def find_fortunes_dir(directory: str | None = None) -> str:
     for d in filter(None, candidates):
         if os.path.isdir(d):
             return d
-    raise LmprobeError(f"no fortune files in {directory or ', '.join(FORTUNES_DIRS)}: install "
-                       f"them with 'apt-get install fortunes-min fortunes' or set {FORTUNES_ENV}")
+    raise LmprobeError(
+        f"no fortune files in {directory or ', '.join(FORTUNES_DIRS)}: install "
+        f"them with 'apt-get install fortunes-min fortunes' or set {FORTUNES_ENV}"
+    )
 
 
 def read_fortunes(directory: str | None = None) -> Iterator[str]:
@@ -329,8 +353,7 @@ def read_fortunes(directory: str | None = None) -> Iterator[str]:
     paths = []
     for base, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d not in FORTUNES_SKIP)
-        paths += [os.path.join(base, f) for f in files
-                  if not f.endswith((".dat", ".u8")) and f not in FORTUNES_SKIP]
+        paths += [os.path.join(base, f) for f in files if not f.endswith((".dat", ".u8")) and f not in FORTUNES_SKIP]
     for path in sorted(paths):
         with open(path, encoding="utf-8", errors="replace") as f:
             text = _OVERSTRIKE.sub("", f.read())

@@ -46,11 +46,11 @@ class LabelledData:
     def __len__(self) -> int:
         return len(self.texts)
 
-    def subset(self, indices) -> "LabelledData":
+    def subset(self, indices) -> LabelledData:
         indices = np.asarray(indices, np.int64)
         return LabelledData([self.texts[i] for i in indices], self.labels[indices], self.label_names, self.source)
 
-    def split(self, test_fraction: float = 0.2, seed: int = 0) -> tuple["LabelledData", "LabelledData"]:
+    def split(self, test_fraction: float = 0.2, seed: int = 0) -> tuple[LabelledData, LabelledData]:
         """(train, test), a seeded random split."""
         order = np.random.default_rng(seed).permutation(len(self))
         n_test = max(1, int(round(test_fraction * len(self))))
@@ -170,7 +170,9 @@ def _tfds(spec: str, text_column: str, label_column: str, split: str) -> Labelle
         value = example[text_column]
         texts.append(value.decode("utf-8") if isinstance(value, bytes) else str(value))
         label = example[label_column]
-        labels.append(label.decode("utf-8") if isinstance(label, bytes) else label.item() if hasattr(label, "item") else label)
+        if isinstance(label, bytes):
+            label = label.decode("utf-8")
+        labels.append(label.item() if hasattr(label, "item") else label)
     return _from_rows(texts, labels, spec, tuple(names) if names else None)
 
 
@@ -180,33 +182,41 @@ def _hf(spec: str, text_column: str, label_column: str, split: str) -> LabelledD
     try:
         dataset = datasets.load_dataset(name, config, split=split)
     except Exception as e:  # noqa: BLE001
-        raise LmprobeError(f"dataset '{spec}': datasets cannot load '{name}' (config {config}, "
-                           f"split '{split}'): {type(e).__name__}: {e}") from None
+        raise LmprobeError(
+            f"dataset '{spec}': datasets cannot load '{name}' (config {config}, "
+            f"split '{split}'): {type(e).__name__}: {e}"
+        ) from None
     for column in (text_column, label_column):
         if column not in dataset.column_names:
-            raise LmprobeError(f"dataset '{spec}' has no '{column}' column (it has {dataset.column_names}): "
-                               "name them with --text_column / --label_column")
+            raise LmprobeError(
+                f"dataset '{spec}' has no '{column}' column (it has {dataset.column_names}): "
+                "name them with --text_column / --label_column"
+            )
     names = getattr(dataset.features[label_column], "names", None)
-    pairs = [(t, y) for t, y in zip(dataset[text_column], dataset[label_column])
-             if isinstance(t, str) and y is not None and y != -1]  # GLUE test splits: label -1
+    pairs = [
+        (t, y)
+        for t, y in zip(dataset[text_column], dataset[label_column])
+        if isinstance(t, str) and y is not None and y != -1
+    ]  # GLUE test splits: label -1
     return _from_rows([t for t, _ in pairs], [y for _, y in pairs], spec, tuple(names) if names else None)
 
 
-def offline_sentiment(seed: int = 0, max_examples: int = 4000, min_words: int = 5,
-                      max_words: int = 30) -> LabelledData:
+def offline_sentiment(seed: int = 0, max_examples: int = 4000, min_words: int = 5, max_words: int = 30) -> LabelledData:
     """Fortune-file sentences with silver sentiment labels from the SentiWordNet rule (module
     docstring); balanced, shuffled with ``seed``."""
     from lmprobe.data import lexicons
 
-    sentences = [s for s in corpus_lib.load_corpus("fortunes").sentences
-                 if min_words <= len(s.split()) <= max_words]
+    sentences = [s for s in corpus_lib.load_corpus("fortunes").sentences if min_words <= len(s.split()) <= max_words]
     words = [re.findall(r"[a-z]+(?:'[a-z]+)?", s.lower()) for s in sentences]
     rule = lexicons.lexicon_rule_predictions(lexicons.load_lexicon("sentiwordnet"), words)
     rng = np.random.default_rng(seed)
     per_class = min(int((rule == -1).sum()), int((rule == 1).sum()), max_examples // 2)
     chosen = [rng.permutation(np.flatnonzero(rule == value))[:per_class] for value in (-1, 1)]
     order = rng.permutation(np.concatenate(chosen))
-    return LabelledData([sentences[i] for i in order], (rule[order] == 1).astype(np.int64), OFFLINE_LABELS,
-                        f"{OFFLINE_DEFAULT}: fortune sentences, SILVER labels from the SentiWordNet "
-                        "sum-of-scores rule (not human annotations)")
-
+    return LabelledData(
+        [sentences[i] for i in order],
+        (rule[order] == 1).astype(np.int64),
+        OFFLINE_LABELS,
+        f"{OFFLINE_DEFAULT}: fortune sentences, SILVER labels from the SentiWordNet "
+        "sum-of-scores rule (not human annotations)",
+    )

@@ -59,7 +59,7 @@ class Lexicon:
     neg: np.ndarray
 
     @classmethod
-    def from_rows(cls, name: str, source: str, rows: Iterable[tuple[str, float, float]]) -> "Lexicon":
+    def from_rows(cls, name: str, source: str, rows: Iterable[tuple[str, float, float]]) -> Lexicon:
         rows = list(rows)
         if not rows:
             raise LexiconError(f"lexicon '{name}' ({source}) has no entries: check the file")
@@ -68,7 +68,7 @@ class Lexicon:
                    np.asarray(pos, np.float64), np.asarray(neg, np.float64))
 
     @classmethod
-    def from_signed(cls, name: str, source: str, rows: Iterable[tuple[str, float]]) -> "Lexicon":
+    def from_signed(cls, name: str, source: str, rows: Iterable[tuple[str, float]]) -> Lexicon:
         """One polarity s per row: pos = max(s, 0), neg = max(-s, 0)."""
         return cls.from_rows(name, source, ((w, max(s, 0.0), max(-s, 0.0)) for w, s in rows))
 

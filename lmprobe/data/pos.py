@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import os
 import re
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from lmprobe.data.wordnet import find_wordnet_dir, load_wordnet
 

@@ -9,7 +9,7 @@ each of the ``data_parallel`` shards. ``restore`` puts per-sequence results back
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

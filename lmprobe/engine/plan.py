@@ -34,7 +34,7 @@ import math
 import os
 import re
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -98,12 +98,13 @@ def device_hbm(devices) -> int | None:
 # ------------------------------------------------------------------------------- config
 
 
-def hf_config(model: str | os.PathLike | dict, *, offline: bool | None = None) -> tuple[dict, str]:
+def hf_config(model: str | os.PathLike | dict, *, offline: bool | None = None,
+              revision: str | None = None) -> tuple[dict, str]:
     """(config.json contents, where they came from) for a model argument, reading no weights.
 
     Local directory (its config.json), a config.json file, a .gguf file (the config its metadata
-    gives) or an embedded model; an alias or hub id: its hub-cache config.json, else the config
-    lmprobe ships (lmprobe/checkpoints/configs), else (online) config.json alone from the hub.
+    gives) or an embedded model; an alias or hub id: its hub-cache config.json (of ``revision``),
+    else the config lmprobe ships (default revision only), else (online) config.json alone from the hub.
     """
     from lmprobe.checkpoints import aliases, hub
     from lmprobe.checkpoints.base import read_json
@@ -117,23 +118,26 @@ def hf_config(model: str | os.PathLike | dict, *, offline: bool | None = None) -
         name = os.fspath(model)
         path = os.path.expanduser(name)
         local = path if os.path.exists(path) else embedded_path(name)
+        if local is not None and revision is not None:
+            raise CheckpointError(f"--revision={revision} applies to hub models; '{name}' is a local model")
         if local is not None:
             config, where = _local_config(name, local, read_json)
         else:
             repo = aliases.lookup(name) or (name if HUB_ID.fullmatch(name) else None)
             if repo is None:
                 raise CheckpointError(f"unknown model '{name}': {HOW_TO}")
-            snapshot = hub.cached_snapshot(repo, None)  # never touches the network
+            snapshot = hub.cached_snapshot(repo, revision)  # never touches the network
             if snapshot is not None and os.path.isfile(os.path.join(snapshot, "config.json")):
                 where = os.path.join(snapshot, "config.json")
                 config = read_json(where, "model config")
-            elif (shipped := shipped_config(name)) is not None:
+            elif revision is None and (shipped := shipped_config(name)) is not None:
                 config, where = shipped, path_of(name)
             elif not hub.is_offline(offline):
-                where = _download_config(name, repo)
+                where = _download_config(name, repo, revision)
                 config = read_json(where, "model config")
             else:
-                raise hub.not_cached(name, repo, "lmprobe ships no config for it (offline mode is on)")
+                raise hub.not_cached(name, repo, f"revision '{revision}' is not cached (offline mode is on)"
+                                     if revision else "lmprobe ships no config for it (offline mode is on)")
     if not isinstance(config, dict) or not config.get("model_type"):
         raise CheckpointError(f"model config from {where} has no 'model_type': add the architecture "
                               "(e.g. \"model_type\": \"llama\") or re-download it")
@@ -157,13 +161,13 @@ def _local_config(name: str, local: str, read_json) -> tuple[dict, str]:
     raise CheckpointError(f"model path '{name}' is neither a directory, a config.json nor a .gguf file")
 
 
-def _download_config(name: str, repo: str) -> str:
+def _download_config(name: str, repo: str, revision: str | None) -> str:
     from huggingface_hub import hf_hub_download
 
     from lmprobe.checkpoints import hub
 
     try:
-        return hf_hub_download(repo, "config.json", cache_dir=hub.cache_dir())
+        return hf_hub_download(repo, "config.json", revision=revision, cache_dir=hub.cache_dir())
     except Exception as e:  # network, gated or missing repository: one line
         raise hub.not_cached(name, repo, f"its config.json could not be downloaded ({type(e).__name__})") from None
 
@@ -371,7 +375,7 @@ class _Planner:
     def _compile(self, mesh, strategy, rows, length) -> StepMemory | None:
         from lmprobe.engine import scorer  # the engine's own jitted bodies
 
-        for (path, var), p in zip(self.vars, self.params):
+        for (_, var), p in zip(self.vars, self.params):
             sharding = NamedSharding(mesh, self.spec(p, mesh, strategy))
             var.set_value(jax.ShapeDtypeStruct(p.shape, p.dtype, sharding=sharding))
         graphdef = self.graphdef
@@ -458,10 +462,10 @@ def rows_at(length: int, batch_size: int, max_tokens: int | None) -> int:
 # ------------------------------------------------------------------------------- entry points
 
 
-def _setup(config_or_name, dtype, mesh, strategy, max_length, offline):
+def _setup(config_or_name, dtype, mesh, strategy, max_length, offline, revision=None):
     if strategy not in RULES:
         raise LmprobeError(f"--sharding={strategy} is not one of {', '.join(RULES)}")
-    hf, source = hf_config(config_or_name, offline=offline)
+    hf, source = hf_config(config_or_name, offline=offline, revision=revision)
     planner = _Planner(hf, dtype, source)
     mesh = mesh if mesh is not None else make_mesh()
     limit = planner.max_length or max_length
@@ -486,14 +490,15 @@ def _base_plan(planner: _Planner, mesh: Mesh, name, source, strategy, batch_size
 def plan(config_or_name, *, dtype=jnp.float32, mesh: Mesh | None = None, strategy: str = "fsdp",
          batch_size: int = 16, max_length: int | None = None, max_tokens: int | None = None,
          buckets: Sequence[int] | None = None, hbm_bytes: int | None = None,
-         offline: bool | None = None, search: bool = True) -> Plan:
+         offline: bool | None = None, revision: str | None = None, search: bool = True) -> Plan:
     """The memory plan of a model (name, path or config dict) on ``mesh``; reads no weights.
 
     batch_size (and max_tokens) are per data shard. With ``hbm_bytes`` and ``search``, the
     largest batch is found for each of ``buckets`` (default 128, 512, 2048, clipped to
     max_length) and max_length itself.
     """
-    planner, mesh, max_length, name, source = _setup(config_or_name, dtype, mesh, strategy, max_length, offline)
+    planner, mesh, max_length, name, source = _setup(config_or_name, dtype, mesh, strategy, max_length, offline,
+                                                     revision)
     out = _base_plan(planner, mesh, name, source, strategy, batch_size, max_length, hbm_bytes)
     if not planner.takes_text:
         out.notes.append(f"{planner.family.name} takes no token ids: parameters only")
@@ -521,7 +526,8 @@ def plan(config_or_name, *, dtype=jnp.float32, mesh: Mesh | None = None, strateg
 
 def check_fits(config_or_name, *, dtype=jnp.float32, mesh: Mesh | None = None, strategy: str = "fsdp",
                batch_size: int = 16, max_length: int | None = None, max_tokens: int | None = None,
-               hbm_bytes: int | None = None, offline: bool | None = None) -> Plan | None:
+               hbm_bytes: int | None = None, offline: bool | None = None,
+               revision: str | None = None) -> Plan | None:
     """Raise one LmprobeError naming the flag that fixes it when the model, at ``batch_size`` rows
     per data shard (capped at ``max_tokens`` tokens, as the Scorer does) up to ``max_length``
     tokens, does not fit ``hbm_bytes`` per device (default: the mesh devices' own limit).
@@ -533,7 +539,8 @@ def check_fits(config_or_name, *, dtype=jnp.float32, mesh: Mesh | None = None, s
     hbm = hbm_bytes if hbm_bytes is not None else device_hbm(mesh.devices.flat)
     if hbm is None:
         return None
-    planner, mesh, max_length, name, source = _setup(config_or_name, dtype, mesh, strategy, max_length, offline)
+    planner, mesh, max_length, name, source = _setup(config_or_name, dtype, mesh, strategy, max_length, offline,
+                                                     revision)
     out = _base_plan(planner, mesh, name, source, strategy, batch_size, max_length, hbm)
     g = format_bytes
     where = (f"{planner.dtype.name}, sharding {strategy} on {mesh.devices.size} devices, "

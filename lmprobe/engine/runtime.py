@@ -8,11 +8,15 @@ computation, such as "is this cache already on disk?", are taken by process 0 an
 
 from __future__ import annotations
 
+import logging
 import os
 
 import jax
 import jax.numpy as jnp
 
+from lmprobe import log
+
+_log = log.get("engine")
 _MULTIPROCESS_ENV = ("JAX_COORDINATOR_ADDRESS", "COORDINATOR_ADDRESS")
 
 
@@ -68,10 +72,11 @@ def agree(flag: bool) -> bool:
     return bool(multihost_utils.broadcast_one_to_all(jnp.asarray(bool(flag))))
 
 
-def main_print(*args, **kwargs) -> None:
-    """``print`` on process 0 only."""
+def main_print(*args, sep: str = " ", level: int = logging.INFO, **_) -> None:
+    """Log ``args`` (joined like ``print``) on process 0 only, at INFO: on stderr where a program
+    set up lmprobe's logging (``lmprobe.log.setup``; every front end does), nowhere otherwise."""
     if is_main():
-        print(*args, **kwargs)
+        _log.log(level, sep.join(map(str, args)))
 
 
 def enable_compilation_cache(directory: str | None = None) -> None:

@@ -24,7 +24,7 @@ import collections
 import dataclasses
 import functools
 import math
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -90,7 +90,8 @@ class Scorer:
 
     def __init__(self, model: nnx.Module, tokenizer=None, *, mesh=None, batch_size: int = 16,
                  max_tokens: int | None = None, max_length: int | None = None,
-                 truncate: bool = True, buckets: Sequence[int] = LENGTH_BUCKETS):
+                 truncate: bool = True, buckets: Sequence[int] = LENGTH_BUCKETS, strategy: str | None = None,
+                 identity: dict | None = None):
         enable_compilation_cache()
         self.mesh = mesh if mesh is not None else make_mesh()
         self.tokenizer = tokenizer
@@ -103,26 +104,34 @@ class Scorer:
         self.truncated = 0  # inputs cut to max_length so far
         self.compilations = collections.Counter()  # traces per entry point (tests, diagnostics)
         self._graphdef, self._state = nnx.split(model)
+        self.strategy = strategy  # the sharding strategy of the parameters ('fsdp', 'tp'); None: not known
+        about = identity if identity is not None else model_identity(model)  # results.json, cache keys
+        self.identity = {**about, "max_length": self.max_length}  # truncation changes outputs too
 
     @classmethod
     def load(cls, name: str, *, dtype="auto", model_parallel: int = 1, strategy: str = "fsdp",
-             offline: bool | None = None, allow_pickle: bool = False, **kwargs) -> "Scorer":
+             offline: bool | None = None, allow_pickle: bool = False, revision: str | None = None,
+             **kwargs) -> Scorer:
         """Load ``name`` with its parameters placed straight onto their shardings.
 
         ``dtype``: a jnp dtype, or a name for ``runtime.resolve_dtype`` ('auto': bfloat16 on GPU
         and TPU, float32 on CPU). Prints the batch geometry once (process 0). Where the device
         reports its memory (GPU, TPU), the memory plan first checks, before any weight is read,
-        that the parameters and the largest bucket's step fit (lmprobe.engine.plan.check_fits)."""
-        from lmprobe.checkpoints import load
+        that the parameters and the largest bucket's step fit (lmprobe.engine.plan.check_fits).
+        ``revision``: the hub revision (branch, tag or commit) of a hub model."""
+        from lmprobe.checkpoints import identity, load
 
         initialize_distributed()
         dtype = resolve_dtype(dtype) if isinstance(dtype, str) else dtype
         mesh = make_mesh(model_parallel)
         check_fits(name, dtype=dtype, mesh=mesh, strategy=strategy, batch_size=kwargs.get("batch_size", 16),
-                   max_length=kwargs.get("max_length"), max_tokens=kwargs.get("max_tokens"), offline=offline)
+                   max_length=kwargs.get("max_length"), max_tokens=kwargs.get("max_tokens"), offline=offline,
+                   revision=revision)
         loaded = load(name, dtype=dtype, place=placement(mesh, strategy), offline=offline,
-                      allow_pickle=allow_pickle)
-        scorer = cls(loaded.model, loaded.tokenizer, mesh=mesh, **kwargs)
+                      allow_pickle=allow_pickle, revision=revision)
+        about = model_identity(loaded.model, name=name, checkpoint=identity(loaded.checkpoint), dtype=dtype,
+                               model_type=loaded.checkpoint.config.get("model_type"))
+        scorer = cls(loaded.model, loaded.tokenizer, mesh=mesh, strategy=strategy, identity=about, **kwargs)
         d = mesh.shape[DATA]
         budget = f", at most {scorer.max_tokens} tokens per device" if scorer.max_tokens else ""
         main_print(f"batch: {scorer.batch_size} per device x {d} data-parallel device{'s' * (d > 1)} = "
@@ -495,6 +504,19 @@ def _pair_stats(model, ha, hb, token_mask, *, top_k, with_mass):
             logp, ids = jax.lax.top_k(jax.nn.log_softmax(logits, axis=-1), top_k)
             out[f"topk_{name}"], out[f"topk_logp_{name}"] = ids, logp
     return out
+
+
+def model_identity(model, *, name: str | None = None, checkpoint: dict | None = None, dtype=None,
+                   model_type: str | None = None) -> dict:
+    """What a Scorer's model is (JSON-able): the name as given, the checkpoint's identity
+    (``lmprobe.checkpoints.identity``; None for a model built in memory), family, model type,
+    parameter and compute dtypes (compute: the parameters' unless given), variants applied (none:
+    ``lmprobe.methods.scope.variants`` names its own)."""
+    floats = (v.get_value().dtype for _, v in nnx.to_flat_state(nnx.state(model, nnx.Param)))
+    param_dtype = next((str(d) for d in floats if jnp.issubdtype(d, jnp.floating)), None)
+    return {"name": name, "checkpoint": checkpoint, "family": type(model).__name__,
+            "model_type": model_type or getattr(model.config, "model_type", None), "param_dtype": param_dtype,
+            "dtype": str(jnp.dtype(dtype)) if dtype is not None else param_dtype, "variants": []}
 
 
 def pooled_embedding(model, x, mask, *, pooling, layer, continuous=False):

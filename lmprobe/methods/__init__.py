@@ -4,3 +4,42 @@
 ``icl``: in-context-learning accuracy; ``loss_data``: the loss-data baselines (Val loss, MDL,
 SDL, eSC) SynTextBench compares against; ``robust_probe``: SynBench's eps-robust linear probing.
 """
+
+
+def model_key(model) -> dict:
+    """What decides a model's outputs, for cache keys: its ``identity`` (a Scorer's, a SCoPE
+    model's, or an identity dict) without where its checkpoint lies (a moved hub cache keeps its
+    caches); ``{"class": ...}`` for a stand-in without one."""
+    about = model if isinstance(model, dict) else getattr(model, "identity", None)
+    return _without_location(about) if about is not None else {"class": type(model).__qualname__}
+
+
+def _without_location(value):
+    if isinstance(value, dict):
+        return {k: _without_location(v) for k, v in value.items() if k != "location"}
+    return value
+
+
+def no_progress(iterable, **_):
+    """The default ``progress``: no bar (front ends pass a tqdm-like one)."""
+    return iterable
+
+
+class Ticker:
+    """A tqdm-like ``progress(iterable, desc=, total=)`` moved by hand: ``advance(n)`` after n
+    units of work, for work that is not one loop (cached stages, chunks of several calls). The
+    bar starts at 0 when built and closes when ``total`` units are done."""
+
+    def __init__(self, progress, total: int, desc: str):
+        self.done = 0
+        self._units = iter(progress(range(total), desc=desc, total=total))
+        next(self._units, None)  # a tqdm bar counts an item done when the next one is asked for
+
+    def advance(self, n: int = 1) -> None:
+        for _ in range(n):
+            next(self._units, None)
+        self.done += max(n, 0)
+
+    def advance_to(self, done: int) -> None:
+        """Mark ``done`` units done in all (work that was skipped, e.g. read from a cache)."""
+        self.advance(done - self.done)

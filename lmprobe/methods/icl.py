@@ -6,12 +6,15 @@ prediction is the label word with the higher log-probability after "A:".
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from lmprobe.methods import no_progress
+
 INSTRUCTION = "Answer the sentiment of the following review, either Positive or Negative.\n\n"
 LABEL_WORDS = {1: "Positive", -1: "Negative"}
+CHUNK = 256  # prompts per engine call: one step of the progress bar
 
 
 def prompt(demonstrations: Sequence[tuple[str, int]], query: str, instruction: str = INSTRUCTION) -> str:
@@ -20,23 +23,37 @@ def prompt(demonstrations: Sequence[tuple[str, int]], query: str, instruction: s
     return f"{instruction}{shots}Q: {query}\nA:"
 
 
-def label_log_probs(scorer, prompts: Sequence[str], words: Sequence[str]) -> np.ndarray:
-    """[len(prompts), len(words)]: ln p(" word" | prompt), summed over the word's tokens."""
+def label_log_probs(scorer, prompts: Sequence[str], words: Sequence[str], *, progress: Callable = no_progress,
+                    desc: str = "in-context prompts") -> np.ndarray:
+    """[len(prompts), len(words)]: ln p(" word" | prompt), summed over the word's tokens; the
+    prompts run CHUNK at a time through ``progress``."""
     tok = scorer.tokenizer
-    prompt_ids = tok(list(prompts))["input_ids"]
     word_ids = [tok(" " + w, add_special_tokens=False)["input_ids"] for w in words]
+    starts = range(0, len(prompts), CHUNK)
+    out = [_chunk_log_probs(scorer, tok(list(prompts[s:s + CHUNK]))["input_ids"], word_ids)
+           for s in progress(starts, desc=desc, total=len(starts))]
+    return np.concatenate(out) if out else np.zeros((0, len(words)))
+
+
+def _chunk_log_probs(scorer, prompt_ids, word_ids) -> np.ndarray:
     seqs = [p + w for p in prompt_ids for w in word_ids]
     scores = scorer.score(seqs).token_logprobs
-    out = np.asarray([s[len(s) - len(word_ids[i % len(words)]):].sum() for i, s in enumerate(scores)])
-    return out.reshape(len(prompts), len(words))
+    out = np.asarray([s[len(s) - len(word_ids[i % len(word_ids)]):].sum() for i, s in enumerate(scores)])
+    return out.reshape(len(prompt_ids), len(word_ids))
+
+
+def icl_accuracies(scorer, tasks: Sequence[tuple[Sequence[str], Sequence[int], Sequence[tuple[str, int]]]], *,
+                   progress: Callable = no_progress, desc: str = "in-context prompts") -> list[float]:
+    """Accuracy per task (texts, labels, demonstrations); all prompts share one pass and one bar."""
+    prompts = [prompt(demos, t) for texts, _, demos in tasks for t in texts]
+    scores = label_log_probs(scorer, prompts, [LABEL_WORDS[1], LABEL_WORDS[-1]], progress=progress, desc=desc)
+    predictions = np.where(scores[:, 0] >= scores[:, 1], 1, -1)
+    bounds = np.cumsum([0] + [len(texts) for texts, _, _ in tasks])
+    return [float(np.mean(predictions[a:b] == np.asarray(labels))) if b > a else float("nan")
+            for (_, labels, _), a, b in zip(tasks, bounds[:-1], bounds[1:])]
 
 
 def icl_accuracy(scorer, texts: Sequence[str], labels: Sequence[int],
-                 demonstrations: Sequence[tuple[str, int]]) -> float:
+                 demonstrations: Sequence[tuple[str, int]], *, progress: Callable = no_progress) -> float:
     """Accuracy of the label word with the higher log-probability, over ``texts``."""
-    if not len(texts):
-        return float("nan")
-    scores = label_log_probs(scorer, [prompt(demonstrations, t) for t in texts],
-                             [LABEL_WORDS[1], LABEL_WORDS[-1]])
-    predictions = np.where(scores[:, 0] >= scores[:, 1], 1, -1)
-    return float(np.mean(predictions == np.asarray(labels)))
+    return icl_accuracies(scorer, [(texts, labels, demonstrations)], progress=progress)[0]

@@ -45,13 +45,14 @@ import numpy as np
 import optax
 
 from lmprobe.errors import LmprobeError
+from lmprobe.methods import no_progress
 
 PAPER_N_POINTS = 10
 PAPER_EPS = 1.0
 MIN_SAMPLES = 20
 FIRST_SIZE = 10
 _VAL_CHUNK = 1024
-_STEPS_PER_CALL = 500
+_STEPS_PER_CALL = 100  # Adam steps per jitted call: one step of the progress bar
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,18 +131,22 @@ def loss_data_curves(
     hidden: tuple[int, ...] = (512, 512),
     val_fraction: float = 0.1,
     seed: int = 0,
+    progress: Callable = no_progress,
+    desc: str = "loss-data baselines",
 ) -> LossDataResult:
     """Train the probe on every (size, seed) job at once and return the loss-data curve.
 
     x: [N, D] features (rows in random order), y: [N] integer labels (any values, >= 2
-    classes). The last ``val_fraction`` of the rows (ceil) is the validation set."""
+    classes). The last ``val_fraction`` of the rows (ceil) is the validation set. The training
+    steps go through ``progress`` (tqdm-like), _STEPS_PER_CALL at a time."""
     x, y, num_classes = _check_inputs(x, y, n_points, seeds, steps, batch_size, lr, hidden, val_fraction)
     n_train = int(math.floor((1.0 - val_fraction) * len(x) + 1e-9))
     sizes = training_sizes(n_train, n_points)
     config = ProbeConfig(tuple(int(h) for h in hidden), num_classes, steps, batch_size, float(lr))
     job_sizes = np.repeat(sizes, seeds)
     job_keys = jnp.tile(seed_keys(seed, seeds), (len(sizes), 1))
-    losses = train_jobs(job_keys, job_sizes, x[:n_train], y[:n_train], x[n_train:], y[n_train:], config)
+    losses = train_jobs(job_keys, job_sizes, x[:n_train], y[:n_train], x[n_train:], y[n_train:], config,
+                        progress=progress, desc=desc)
     return LossDataResult(sizes, np.asarray(losses, np.float64).reshape(len(sizes), seeds),
                           n_train, len(x) - n_train, num_classes)
 
@@ -164,12 +169,14 @@ def seed_keys(seed: int, seeds: int) -> jax.Array:
 
 
 def train_jobs(
-    keys, sizes, x_train, y_train, x_val, y_val, config: ProbeConfig, *, batched: bool = True
+    keys, sizes, x_train, y_train, x_val, y_val, config: ProbeConfig, *, batched: bool = True,
+    progress: Callable = no_progress, desc: str = "loss-data baselines",
 ) -> np.ndarray:
     """Validation loss (nats) of each job j = (keys[j], sizes[j]) after ``config.steps`` steps.
 
-    batched=True runs all jobs at once (jitted steps vmapped over the jobs); batched=False
-    runs them one by one through the same step without vmap (the reference for the vmap)."""
+    batched=True runs all jobs at once (jitted steps vmapped over the jobs), its steps through
+    ``progress``; batched=False runs them one by one through the same step without vmap (the
+    reference for the vmap)."""
     x_train, y_train = jnp.asarray(x_train, jnp.float32), jnp.asarray(y_train, jnp.int32)
     val = _chunk_validation(x_val, y_val)
     keys, sizes = jnp.asarray(keys), jnp.asarray(sizes, jnp.int32)
@@ -177,16 +184,18 @@ def train_jobs(
     if not batched:
         return np.array([_run(fns, keys[j], sizes[j], x_train, y_train, val, config)
                          for j in range(len(sizes))])
-    return np.asarray(_run(fns, keys, sizes, x_train, y_train, val, config))
+    return np.asarray(_run(fns, keys, sizes, x_train, y_train, val, config, progress, desc))
 
 
-def _run(fns, keys, sizes, x_train, y_train, val, config):
+def _run(fns, keys, sizes, x_train, y_train, val, config, progress=no_progress, desc=""):
     """Init, ``config.steps`` Adam steps in calls of at most _STEPS_PER_CALL, validation loss."""
     init_keys, data_keys = fns.split(keys)
     params, opt_state = fns.init(init_keys)
-    for start in range(0, config.steps, _STEPS_PER_CALL):
+    starts = range(0, config.steps, _STEPS_PER_CALL)
+    for start in progress(starts, desc=f"{desc} ({config.steps} steps)", total=len(starts)):
         count = min(_STEPS_PER_CALL, config.steps - start)
         params, opt_state = fns.train(params, opt_state, sizes, data_keys, x_train, y_train, start, count)
+        jax.block_until_ready(params)  # the bar follows the device, not the dispatch
     return fns.val_loss(params, *val)
 
 

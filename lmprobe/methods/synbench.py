@@ -43,6 +43,7 @@ from scipy.optimize import brentq
 import kernels
 from lmprobe.data import gaussian
 from lmprobe.errors import LmprobeError
+from lmprobe.methods import Ticker, model_key, no_progress
 from lmprobe.report.artifacts import cache_key, cached, join
 
 PAPER_EPSILONS = (0.0, 0.2, 0.4, 0.6, 0.8)
@@ -50,19 +51,21 @@ PAPER_THRESHOLDS = (0.6, 0.7, 0.8, 0.9)
 NORMS = (1.0, 2.0, math.inf)
 DEFAULT_SEQ_LEN = 8  # tokens per Gaussian "sentence" fed to a language model (* not in the paper)
 CURVE_GRID = tuple(float(a) for a in np.linspace(0.5, 1.0, 201))
+CACHE_VERSION = 2  # 2: keys hold the model's identity (checkpoint digest, dtype), not its name alone
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    epsilons: tuple[float, ...] = PAPER_EPSILONS
-    a_t: tuple[float, ...] = PAPER_THRESHOLDS
+    epsilons: tuple[float, ...] = PAPER_EPSILONS  # robust budgets (fractions of ||mu|| unless --no_relative_epsilon)
+    a_t: tuple[float, ...] = PAPER_THRESHOLDS  # threshold accuracies, each in (0.5, 1)
+    # class-mean scales: paper (0.1, ..., 5.0), reference (0.1, ..., 4.9) or numbers (default: paper)
     scales: tuple[float, ...] = gaussian.PAPER_SCALES
     n: int = 2048  # samples per scale in each of the train and test splits
-    covariance: str = "identity"
-    band: tuple[float, ...] = gaussian.DEFAULT_BAND
-    prior: float = 0.5  # tau
-    norm: float = 2.0  # p of the l_p budget
-    relative_epsilon: bool = True
+    covariance: str = "identity"  # covariance of the Gaussians
+    band: tuple[float, ...] = gaussian.DEFAULT_BAND  # band covariance: autocovariance c0,c1,c2 per channel
+    prior: float = 0.5  # class prior tau = P(y = +1)
+    norm: float = 2.0  # p of the l_p budget: 1, 2 or inf
+    relative_epsilon: bool = True  # eps is a fraction of ||mu|| (--no_relative_epsilon or --absolute_eps: the radius)
     seed: int = 0
     batch_size: int = 64
 
@@ -104,6 +107,7 @@ class Representation:
     offset: float = 0.0  # mu_bar (0.5 for pixel inputs, as the public code)
     normalize: Callable[[jax.Array], jax.Array] | None = None  # the model's input normalisation
     settings: dict = dataclasses.field(default_factory=dict)  # what else the cache key depends on
+    identity: dict | None = None  # the model behind fn (checkpoint digest, dtype): part of the cache key
 
     def spec(self, config: Config) -> gaussian.GaussianSpec:
         return gaussian.GaussianSpec(tuple(self.input_shape), config.covariance, tuple(config.band),
@@ -144,8 +148,9 @@ def random_projection_representation(input_shape, dim: int, *, seed: int = 0, **
 
 
 def scorer_representation(scorer, name: str, *, seq_len: int = DEFAULT_SEQ_LEN, pooling: str | None = None,
-                          layer: int = -1) -> Representation:
-    """A language model fed Gaussian input embeddings [T, hidden] (Scorer.embed_inputs).
+                          layer: int = -1, identity: dict | None = None) -> Representation:
+    """A language model fed Gaussian input embeddings [T, hidden] (Scorer.embed_inputs); its
+    identity is the scorer's unless ``identity`` is given.
 
     * Default pooling: the last token for decoders (the only one that attends to all inputs),
     the mean over tokens for encoders (no input is a real [CLS]).
@@ -153,15 +158,20 @@ def scorer_representation(scorer, name: str, *, seq_len: int = DEFAULT_SEQ_LEN, 
     pooling = pooling or ("last" if scorer.is_decoder else "mean")
     shape = (seq_len, int(scorer.config.hidden_size))
     rep = Representation(name, shape, lambda x: scorer.embed_inputs(np.asarray(x), pooling=pooling, layer=layer),
-                         channel_axis=-1, settings={"pooling": pooling, "layer": layer, "seq_len": seq_len})
+                         channel_axis=-1, settings={"pooling": pooling, "layer": layer, "seq_len": seq_len},
+                         identity=identity if identity is not None else model_key(scorer))
     return rep
 
 
 def vit_representation(model, name: str, *, mean, std, image_size, channels: int = 3,
-                       batch_size: int = 64) -> Representation:
+                       batch_size: int = 64, identity: dict | None = None) -> Representation:
     """A vision transformer's [CLS] token of the final normed output (timm's pre-logits, the
-    paper's features): pixels [B, C, H, W] around 0.5, normalised (x - mean) / std per channel."""
+    paper's features): pixels [B, C, H, W] around 0.5, normalised (x - mean) / std per channel.
+    ``identity``: what the model is, for the cache key (``lmprobe.engine.scorer.model_identity``
+    with the checkpoint's ``lmprobe.checkpoints.identity``); by default its family and dtype only."""
     from flax import nnx
+
+    from lmprobe.engine.scorer import model_identity
 
     graphdef, state = nnx.split(model)
     cls = jax.jit(lambda state, px: nnx.merge(graphdef, state)(px).last_hidden_state[:, 0].astype(jnp.float32))
@@ -171,7 +181,8 @@ def vit_representation(model, name: str, *, mean, std, image_size, channels: int
     return Representation(name, (channels, height, width), padded(lambda px: cls(state, px), batch_size),
                           channel_axis=0, offset=0.5, normalize=lambda x: (x - mean) / std,
                           settings={"pooling": "cls", "mean": np.asarray(mean).ravel().tolist(),
-                                        "std": np.asarray(std).ravel().tolist()})
+                                    "std": np.asarray(std).ravel().tolist()},
+                          identity=model_key(identity if identity is not None else model_identity(model)))
 
 
 # --------------------------------------------------------------------------------------
@@ -357,19 +368,22 @@ class Result:
                 "config": dataclasses.asdict(self.config)}
 
 
-def represent(rep: Representation, config: Config, scale: float, split: str):
-    """Representations [n, k] and labels [n] of one (scale, split), generated batch by batch."""
+def represent(rep: Representation, config: Config, scale: float, split: str, on_batch: Callable = lambda: None):
+    """Representations [n, k] and labels [n] of one (scale, split), generated batch by batch
+    (``on_batch()`` after each)."""
     zs, ys = [], []
     for x, y in gaussian.batches(rep.spec(config), scale, seed=config.seed, split=split, n=config.n,
                                  batch_size=config.batch_size, normalize=rep.normalize):
         zs.append(np.asarray(rep.fn(x), np.float32))
         ys.append(np.asarray(y))
+        on_batch()
     return np.concatenate(zs), np.concatenate(ys).astype(np.int32)
 
 
 def run(rep: Representation, config: Config, *, cache_dir: str | None = None,
-        progress: Callable = lambda it, **_: it) -> Result:
-    """SynBench on representation ``rep``; representations cached under ``cache_dir``."""
+        progress: Callable = no_progress) -> Result:
+    """SynBench on representation ``rep``; representations cached under ``cache_dir``, their
+    batches counted by one ``progress`` bar."""
     config.check()
     spec = rep.spec(config)
     spec.check()
@@ -382,9 +396,13 @@ def run(rep: Representation, config: Config, *, cache_dir: str | None = None,
     start = time.perf_counter()
     z = {"train": [], "test": []}
     y = {"train": [], "test": []}
-    for scale in progress(list(config.scales), desc=f"{rep.name}: representations"):
+    per_split = -(-config.n // config.batch_size)
+    ticker, target = Ticker(progress, 2 * per_split * len(config.scales), f"{rep.name}: representations"), 0
+    for scale in config.scales:
         for split in ("train", "test"):
-            reps, labels = _cached_split(rep, config, spec, scale, split, cache_dir)
+            reps, labels = _cached_split(rep, config, spec, scale, split, cache_dir, ticker.advance)
+            target += per_split
+            ticker.advance_to(target)  # a split read from the cache moves the bar at once
             check_representations(rep.name, reps, scale)
             z[split].append(reps)
             y[split].append(labels.astype(np.int32))
@@ -407,16 +425,16 @@ def run(rep: Representation, config: Config, *, cache_dir: str | None = None,
     return Result(rep.name, rows, curves, info, timings, config)
 
 
-def _cached_split(rep, config, spec, scale, split, cache_dir):
+def _cached_split(rep, config, spec, scale, split, cache_dir, on_batch):
     """(representations, labels) of one (scale, split), from the cache when a run saved them."""
     if cache_dir is None:
-        return represent(rep, config, scale, split)
-    key = cache_key(model=rep.name, settings=rep.settings, spec=dataclasses.asdict(spec), seed=config.seed,
-                    n=config.n, scale=scale, split=split, version=1)
+        return represent(rep, config, scale, split, on_batch)
+    key = cache_key(model=rep.name, identity=rep.identity, settings=rep.settings, spec=dataclasses.asdict(spec),
+                    seed=config.seed, n=config.n, scale=scale, split=split, version=CACHE_VERSION)
     fresh = {}
 
     def compute():
-        fresh["reps"], fresh["labels"] = represent(rep, config, scale, split)
+        fresh["reps"], fresh["labels"] = represent(rep, config, scale, split, on_batch)
         return fresh["reps"]
 
     def labels():  # saved with the representations; regenerated exactly if only those survived

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import jax.numpy as jnp
 import numpy as np
@@ -22,28 +22,32 @@ import numpy as np
 import kernels
 from lmprobe.data import lexicons, synthetic
 from lmprobe.errors import LmprobeError
-from lmprobe.methods import icl, loss_data
-from lmprobe.report.artifacts import cache_key, cached, join
+from lmprobe.methods import Ticker, icl, loss_data, model_key, no_progress
+from lmprobe.report.artifacts import cache_key, cached, cached_json, join
 
 # The paper does not print its a_T. 0.7 keeps levels whose linear accuracy is clearly above
 # chance and yields scores of the paper's order (0.1-0.2) for sentence encoders.
 DEFAULT_A_T = 0.7
+CACHE_VERSION = 2  # 2: keys hold the model's identity (checkpoint digest, dtype) and the sentences themselves
+EMBED_CHUNK = 2048  # sentences per engine call: one step of the progress bar
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
+    # sentiwordnet, vader, afinn, textblob, or a path (SentiWordNet 3.0 text file or word<TAB>score)
     lexicon: str = "sentiwordnet"
-    levels: tuple[float, ...] = synthetic.PAPER_LEVELS
+    levels: tuple[float, ...] = synthetic.PAPER_LEVELS  # mixing ratios p, one task each
     n: int = 8192  # sentences per level, train and test together
     p_e: float = synthetic.DEFAULT_P_E  # <eos> probability (Sec. 2.2)
     p_n: float = synthetic.DEFAULT_P_N  # repeat-an-unpaired-word share; 0 is the no-nesting ablation
-    a_t: float = DEFAULT_A_T
-    pooling: str | None = None  # None: the paper's (encoders first_last_avg, decoders last token)
+    a_t: float = DEFAULT_A_T  # accuracy threshold of the score
+    # mean, cls, last, first_last_avg; none: the paper's (encoders first_last_avg, decoders last)
+    pooling: str | None = None
     energy: float = 0.99  # whitening: kept singular-value energy (Sec. 2.3)
     seed: int = 0
-    baselines: bool = True
+    baselines: bool = True  # the loss-data baselines Val loss / MDL / SDL / eSC
     baseline_level: float = 0.2  # the task the loss-data baselines see (Sec. 3.1)
-    baseline_steps: int = 4000
+    baseline_steps: int = 4000  # training steps of the loss-data baselines' probes
     icl_examples: int = 256  # test sentences per level for in-context accuracy (decoders); 0: off
 
     def check(self) -> None:
@@ -98,20 +102,16 @@ def build_tasks(config: Config) -> Tasks:
 
 
 def run(scorer, config: Config, *, model_name: str, cache_dir: str | None = None,
-        tasks: Tasks | None = None, progress: Callable = lambda it, **_: it) -> Result:
-    """Algorithm 1 on ``scorer``'s model; embeddings cached under ``cache_dir`` (reruns resume)."""
+        tasks: Tasks | None = None, progress: Callable = no_progress) -> Result:
+    """Algorithm 1 on ``scorer``'s model; embeddings, in-context accuracies and baselines cached
+    under ``cache_dir`` (reruns resume); every long stage moves a ``progress`` bar."""
     tasks = tasks or build_tasks(config)
     pairs, timings = tasks.levels, {"generation": tasks.seconds}
 
     pooling = config.pooling or ("last" if scorer.is_decoder else "first_last_avg")
     start = time.perf_counter()
-    train, test = [], []
-    for p, (train_set, test_set) in progress(list(zip(config.levels, pairs)), desc=f"{model_name}: embedding"):
-        key = cache_key(model=model_name, lexicon=config.lexicon, n=config.n, seed=config.seed, p=p,
-                        p_e=config.p_e, p_n=config.p_n, pooling=pooling, version=1)
-        for split, texts, out in (("train", train_set.sentences, train), ("test", test_set.sentences, test)):
-            out.append(_maybe_cached(cache_dir, f"{key}-{split}",
-                                     lambda texts=texts: scorer.embed(texts, pooling=pooling)))
+    keys, train, test = _embeddings(scorer, pairs, pooling, model_name=model_name, cache_dir=cache_dir,
+                                    progress=progress)
     timings["embedding"] = time.perf_counter() - start
 
     start = time.perf_counter()
@@ -129,8 +129,8 @@ def run(scorer, config: Config, *, model_name: str, cache_dir: str | None = None
               for p, a, m, (_, test_set) in zip(config.levels, accuracy, margin, pairs)]
     if scorer.is_decoder and config.icl_examples:
         start = time.perf_counter()
-        for level, (train_set, test_set) in progress(list(zip(levels, pairs)), desc=f"{model_name}: in-context"):
-            level["icl_accuracy"] = _icl(scorer, train_set, test_set, config)
+        for level, value in zip(levels, _icl(scorer, pairs, config, model_name, cache_dir, progress)):
+            level["icl_accuracy"] = value
         timings["icl"] = time.perf_counter() - start
 
     baselines = {}
@@ -139,14 +139,50 @@ def run(scorer, config: Config, *, model_name: str, cache_dir: str | None = None
         i = config.levels.index(config.baseline_level)
         x = np.concatenate([train[i], test[i]])
         y = np.concatenate([y_train[i], y_test[i]])
-        curves = loss_data.loss_data_curves(x, y, steps=config.baseline_steps, seed=config.seed)
-        baselines = {"p": config.baseline_level, **loss_data.loss_data_metrics(curves)}
+        key = cache_key(embeddings=keys[i], steps=config.baseline_steps, seed=config.seed, version=CACHE_VERSION)
+        baselines = _maybe_cached_json(cache_dir, f"baselines-{key}", lambda: {
+            "p": config.baseline_level, **loss_data.loss_data_metrics(loss_data.loss_data_curves(
+                x, y, steps=config.baseline_steps, seed=config.seed, progress=progress,
+                desc=f"{model_name}: loss-data baselines"))})
         timings["baselines"] = time.perf_counter() - start
     return Result(model_name, score, levels, baselines, timings, config)
 
 
+def _embeddings(scorer, pairs, pooling: str, *, model_name: str, cache_dir, progress):
+    """(cache keys, train, test embeddings) per level, each split cached under a key of the
+    model's identity, the pooling and the sentences; one bar over EMBED_CHUNK-sentence calls."""
+    model = model_key(scorer)
+    splits = [(split, texts) for train_set, test_set in pairs
+              for split, texts in (("train", train_set.sentences), ("test", test_set.sentences))]
+    ticker, target = Ticker(progress, sum(_chunks(t) for _, t in splits), f"{model_name}: embedding"), 0
+    keys, out = [], []
+    for split, texts in splits:
+        key = cache_key(model=model_name, scorer=model, pooling=pooling, texts=texts, version=CACHE_VERSION)
+
+        def compute(texts=texts):
+            parts = []
+            for s in range(0, len(texts), EMBED_CHUNK):
+                parts.append(scorer.embed(texts[s:s + EMBED_CHUNK], pooling=pooling))
+                ticker.advance()
+            return np.concatenate(parts)
+
+        keys.append(key)
+        out.append(_maybe_cached(cache_dir, f"{key}-{split}", compute))
+        target += _chunks(texts)
+        ticker.advance_to(target)  # a split read from the cache moves the bar at once
+    return [keys[i:i + 2] for i in range(0, len(keys), 2)], out[0::2], out[1::2]
+
+
+def _chunks(texts) -> int:
+    return -(-len(texts) // EMBED_CHUNK)
+
+
 def _maybe_cached(cache_dir, name, compute):
     return compute() if cache_dir is None else cached(join(cache_dir, name + ".npy"), compute)
+
+
+def _maybe_cached_json(cache_dir, name, compute):
+    return compute() if cache_dir is None else cached_json(join(cache_dir, name + ".json"), compute)
 
 
 def _feasibility(lexicon, test_set) -> float:
@@ -155,10 +191,17 @@ def _feasibility(lexicon, test_set) -> float:
     return float(np.mean(predictions == np.asarray(test_set.labels)))
 
 
-def _icl(scorer, train_set, test_set, config: Config) -> float:
-    """In-context accuracy on the level: one training demonstration per class (Sec. 3.3)."""
-    rng = np.random.default_rng(config.seed)
-    labels = np.asarray(train_set.labels)
-    demos = [(train_set.sentences[int(rng.choice(np.flatnonzero(labels == y)))], y) for y in (1, -1)]
-    k = min(config.icl_examples, len(test_set.sentences))
-    return icl.icl_accuracy(scorer, test_set.sentences[:k], test_set.labels[:k], demos)
+def _icl(scorer, pairs, config: Config, model_name: str, cache_dir, progress) -> list[float]:
+    """In-context accuracy per level, one training demonstration per class (Sec. 3.3); all
+    levels' prompts in one pass (one bar), cached."""
+    tasks = []
+    for train_set, test_set in pairs:
+        rng = np.random.default_rng(config.seed)
+        labels = np.asarray(train_set.labels)
+        demos = [(train_set.sentences[int(rng.choice(np.flatnonzero(labels == y)))], y) for y in (1, -1)]
+        k = min(config.icl_examples, len(test_set.sentences))
+        tasks.append((list(test_set.sentences[:k]), [int(v) for v in test_set.labels[:k]], demos))
+    key = cache_key(model=model_name, scorer=model_key(scorer), tasks=tasks, instruction=icl.INSTRUCTION,
+                    words=icl.LABEL_WORDS, version=CACHE_VERSION)
+    return _maybe_cached_json(cache_dir, f"icl-{key}", lambda: icl.icl_accuracies(
+        scorer, tasks, progress=progress, desc=f"{model_name}: in-context prompts"))

@@ -16,10 +16,19 @@ import jax.numpy as jnp
 from flax import nnx
 
 from lmprobe.errors import CheckpointError
-from lmprobe.models.base import HF, Family, ModelOutput, hf_hidden_states, run_blocks
 from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, POSITIONS
+from lmprobe.models.base import HF, Family, ModelOutput, hf_hidden_states, run_blocks
 from lmprobe.models.layers import (
-    Embed, LayerNorm, Linear, Mask, activation, attention, check_length, default_positions, stacked)
+    Embed,
+    LayerNorm,
+    Linear,
+    Mask,
+    activation,
+    attention,
+    check_length,
+    default_positions,
+    stacked,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +45,7 @@ class BertConfig:
     position_padding_idx: int | None = None  # RoBERTa: pad_token_id; positions start after it
 
     @classmethod
-    def from_hf(cls, c: dict, *, roberta: bool = False) -> "BertConfig":
+    def from_hf(cls, c: dict, *, roberta: bool = False) -> BertConfig:
         kind = c.get("position_embedding_type") or "absolute"
         if kind != "absolute":
             raise CheckpointError(

@@ -13,10 +13,19 @@ import jax.numpy as jnp
 from flax import nnx
 
 from lmprobe.errors import CheckpointError
-from lmprobe.models.base import HF, Family, ModelOutput, hf_hidden_states, run_blocks
 from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, POSITIONS
+from lmprobe.models.base import HF, Family, ModelOutput, hf_hidden_states, run_blocks
 from lmprobe.models.layers import (
-    Embed, LayerNorm, Linear, Mask, activation, attention, check_length, default_positions, stacked)
+    Embed,
+    LayerNorm,
+    Linear,
+    Mask,
+    activation,
+    attention,
+    check_length,
+    default_positions,
+    stacked,
+)
 
 _EPS = 1e-12  # DistilBERT's LayerNorms have a fixed eps
 
@@ -32,7 +41,7 @@ class DistilBertConfig:
     activation: str = "gelu"
 
     @classmethod
-    def from_hf(cls, c: dict) -> "DistilBertConfig":
+    def from_hf(cls, c: dict) -> DistilBertConfig:
         # sinusoidal_pos_embds only changes how position_embeddings is initialised; checkpoints
         # store the table, so it is read like a learned one.
         if c["dim"] % c["n_heads"]:

@@ -19,10 +19,19 @@ import jax.numpy as jnp
 from flax import nnx
 
 from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, POSITIONS, VOCAB
-from lmprobe.models.base import HF, Family, ModelOutput, mask_and_positions, hf_hidden_states
+from lmprobe.models.base import HF, Family, ModelOutput, hf_hidden_states, mask_and_positions
 from lmprobe.models.layers import (
-    Embed, lm_logits, LayerNorm, Linear, activation, check_length, layer_attention, scan_layers, stacked,
-    update_cache)
+    Embed,
+    LayerNorm,
+    Linear,
+    activation,
+    check_length,
+    layer_attention,
+    lm_logits,
+    scan_layers,
+    stacked,
+    update_cache,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +53,7 @@ class GPT2Config:
         return self.hidden_size // self.num_attention_heads
 
     @classmethod
-    def from_hf(cls, c: dict) -> "GPT2Config":
+    def from_hf(cls, c: dict) -> GPT2Config:
         # reorder_and_upcast_attn only reorders fp32 arithmetic (our scores are fp32 anyway);
         # add_cross_attention weights are used only with encoder states, which a causal LM never has.
         d = c.get("n_embd", 768)

@@ -28,7 +28,7 @@ class GPTNeoConfig(GPT2Config):
     window_size: int = 256
 
     @classmethod
-    def from_hf(cls, c: dict) -> "GPTNeoConfig":
+    def from_hf(cls, c: dict) -> GPTNeoConfig:
         d, num_layers = c.get("hidden_size", 2048), c.get("num_layers", 24)
         # As GPTNeoConfig: attention_types [[["global", "local"], 12]] expands to 24 layer types.
         types = c.get("attention_types") or [[["global", "local"], 12]]

@@ -13,11 +13,29 @@ import dataclasses
 import jax.numpy as jnp
 from flax import nnx
 
-from lmprobe.models.base import HF, Family, ModelOutput, mask_and_positions, frozen, hf_hidden_states, hf_rope, run_blocks
 from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, VOCAB
+from lmprobe.models.base import (
+    HF,
+    Family,
+    ModelOutput,
+    frozen,
+    hf_hidden_states,
+    hf_rope,
+    mask_and_positions,
+    run_blocks,
+)
 from lmprobe.models.layers import (
-    Embed, lm_logits, LayerNorm, Linear, activation, apply_rope, attention, rope_inv_freq, stacked,
-    update_cache)
+    Embed,
+    LayerNorm,
+    Linear,
+    activation,
+    apply_rope,
+    attention,
+    lm_logits,
+    rope_inv_freq,
+    stacked,
+    update_cache,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +60,7 @@ class GPTNeoXConfig:
         return self.hidden_size // self.num_attention_heads
 
     @classmethod
-    def from_hf(cls, c: dict) -> "GPTNeoXConfig":
+    def from_hf(cls, c: dict) -> GPTNeoXConfig:
         # transformers 5 writes rope_parameters; older configs have rotary_pct / rotary_emb_base.
         theta, scaling = hf_rope(c, legacy_theta_key="rotary_emb_base")
         rope = c.get("rope_parameters") or {}

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -69,7 +70,7 @@ class Embed(nnx.Module):
                           preferred_element_type=jnp.float32)
 
 
-def lm_logits(hidden: Array, embed: Embed, head: "Linear | None") -> Array:
+def lm_logits(hidden: Array, embed: Embed, head: Linear | None) -> Array:
     """fp32 logits from final hidden states: the untied ``head`` if any, else the tied ``embed``."""
     if head is None:
         return embed.attend(hidden)

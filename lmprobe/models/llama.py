@@ -11,11 +11,29 @@ import dataclasses
 import jax.numpy as jnp
 from flax import nnx
 
-from lmprobe.models.base import HF, Family, ModelOutput, mask_and_positions, frozen, hf_hidden_states, hf_rope, run_blocks
 from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, VOCAB
+from lmprobe.models.base import (
+    HF,
+    Family,
+    ModelOutput,
+    frozen,
+    hf_hidden_states,
+    hf_rope,
+    mask_and_positions,
+    run_blocks,
+)
 from lmprobe.models.layers import (
-    Embed, lm_logits, Linear, RMSNorm, activation, apply_rope, attention, rope_inv_freq, stacked,
-    update_cache)
+    Embed,
+    Linear,
+    RMSNorm,
+    activation,
+    apply_rope,
+    attention,
+    lm_logits,
+    rope_inv_freq,
+    stacked,
+    update_cache,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +56,7 @@ class LlamaConfig:
     sliding_window: int | None = None
 
     @classmethod
-    def from_hf(cls, c: dict) -> "LlamaConfig":
+    def from_hf(cls, c: dict) -> LlamaConfig:
         heads = c["num_attention_heads"]
         theta, scaling = hf_rope(c)
         return cls(

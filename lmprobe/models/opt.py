@@ -18,10 +18,19 @@ import dataclasses
 import jax.numpy as jnp
 from flax import nnx
 
-from lmprobe.models.base import HF, Family, ModelOutput, mask_and_positions, hf_hidden_states, run_blocks
 from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, POSITIONS, VOCAB
+from lmprobe.models.base import HF, Family, ModelOutput, hf_hidden_states, mask_and_positions, run_blocks
 from lmprobe.models.layers import (
-    Embed, lm_logits, LayerNorm, Linear, activation, attention, check_length, stacked, update_cache)
+    Embed,
+    LayerNorm,
+    Linear,
+    activation,
+    attention,
+    check_length,
+    lm_logits,
+    stacked,
+    update_cache,
+)
 
 POSITION_OFFSET = 2  # OPT's position table has two leading rows (a fairseq padding-index relic)
 LAYER_NORM_EPS = 1e-5  # torch's nn.LayerNorm default; OPT's config has no eps field
@@ -52,7 +61,7 @@ class OPTConfig:
         return self.do_layer_norm_before and not self.remove_final_layer_norm
 
     @classmethod
-    def from_hf(cls, c: dict) -> "OPTConfig":
+    def from_hf(cls, c: dict) -> OPTConfig:
         return cls(
             vocab_size=c["vocab_size"], hidden_size=c["hidden_size"], ffn_dim=c["ffn_dim"],
             num_hidden_layers=c["num_hidden_layers"], num_attention_heads=c["num_attention_heads"],

@@ -21,8 +21,8 @@ import numpy as np
 from flax import nnx
 
 from lmprobe.errors import CheckpointError, LmprobeError
-from lmprobe.models.base import HF, Family, ModelOutput, run_blocks
 from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, POSITIONS
+from lmprobe.models.base import HF, Family, ModelOutput, run_blocks
 from lmprobe.models.layers import LayerNorm, Linear, Mask, activation, attention, param, stacked
 
 PREPROCESSOR_CONFIG = "preprocessor_config.json"
@@ -52,7 +52,7 @@ class ViTConfig:
     add_pooling_layer: bool = False  # set by ViT.fit_config when the checkpoint holds a pooler
 
     @classmethod
-    def from_hf(cls, c: dict) -> "ViTConfig":
+    def from_hf(cls, c: dict) -> ViTConfig:
         heads = c.get("num_attention_heads", 12)
         hidden = c.get("hidden_size", 768)
         if not c.get("head_dim") and hidden % heads:

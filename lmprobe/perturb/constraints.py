@@ -11,8 +11,8 @@ apostrophes / hyphens); spacing and punctuation between them never change.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from typing import Callable, Collection
 
 from lmprobe.data.stopwords import is_stopword
 from lmprobe.perturb.text import WORD, rebuild
@@ -29,7 +29,7 @@ class Words:
     spans: tuple[tuple[int, int], ...]
 
     @classmethod
-    def of(cls, text: str) -> "Words":
+    def of(cls, text: str) -> Words:
         spans = tuple(m.span() for m in WORD.finditer(text))
         return cls(text, tuple(text[a:b] for a, b in spans), spans)
 

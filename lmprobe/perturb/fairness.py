@@ -15,7 +15,7 @@ App. C adopts no other constraint (stop words and short words such as "men" may 
 from __future__ import annotations
 
 import functools
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -70,8 +70,8 @@ PROTECTED_CATEGORIES: Table = {
 @functools.lru_cache(maxsize=8)
 def _index(table_items: tuple) -> dict[str, tuple[str, ...]]:
     out: dict[str, list[str]] = {}
-    for domain, roles in table_items:
-        for role, group in roles:
+    for _, roles in table_items:
+        for _, group in roles:
             for word in group:
                 out.setdefault(word, [])
                 out[word] += [w for w in group if w != word and w not in out[word]]

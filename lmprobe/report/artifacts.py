@@ -5,6 +5,8 @@ TensorFlow installed); join them with ``join``, never ``os.path``. A crash never
 half-written file: local files are written to a temporary file in the same directory and renamed
 into place; remote objects (GCS) are written whole, which is atomic there.
 
+``write_results`` keeps an earlier run's results.json beside the new one (results-<start>.json).
+
 In a multi-process run (``lmprobe.engine.runtime``) process 0 alone writes: ``write_*`` do nothing
 on the other processes. ``cached`` and ``cached_json`` are collective: every process must call
 them in the same order. Process 0 decides whether the cache exists, so every process takes the
@@ -16,13 +18,16 @@ that the write succeeded (the barrier after it: a failed write fails every proce
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import io
 import json
 import os
 import re
 import tempfile
-from typing import Any, Callable
+import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -159,6 +164,60 @@ def write_json(path, data) -> None:
     """``data`` as indented JSON at ``path``, atomically, by process 0 (numpy scalars and arrays allowed)."""
     if _is_main():
         _write(path, _json_bytes(data))
+
+
+def write_results(path, result: dict) -> None:
+    """``result`` at ``path`` like ``write_json``; an earlier run's file there is kept first.
+
+    A file at ``path`` from another run (its ``run_info.started`` differs from ``result``'s, or it
+    has none) is renamed to ``<stem>-<its start, UTC %Y%m%dT%H%M%SZ>.json`` beside it (never over
+    an existing file); the same run's earlier write is replaced."""
+    if not _is_main():
+        return
+    if exists(path):
+        previous = _started_of(path)
+        if previous is None or previous != (result.get("run_info") or {}).get("started"):
+            _keep_as_history(path, previous)
+    _write(path, _json_bytes(result))
+
+
+def _started_of(path) -> str | None:
+    """``run_info.started`` of the JSON file at ``path``; None if it has none or is unreadable."""
+    try:
+        data = read_json(path)
+    except (LmprobeError, ValueError):
+        return None
+    info = data.get("run_info") if isinstance(data, dict) else None
+    return info.get("started") if isinstance(info, dict) else None
+
+
+def _keep_as_history(path, started: str | None) -> None:
+    """Rename ``path`` to ``<stem>-<stamp>[-k].json`` beside it; the stamp is ``started`` or the mtime."""
+
+    def rename(p):
+        when = _parse_time(started) or datetime.datetime.fromtimestamp(_mtime(p), datetime.UTC)
+        stem = f"{p.stem}-{when.strftime('%Y%m%dT%H%M%SZ')}"
+        target, k = p.parent / f"{stem}{p.suffix}", 1
+        while target.exists():
+            target, k = p.parent / f"{stem}-{k}{p.suffix}", k + 1
+        p.rename(target)
+
+    _on_path(path, "keep the earlier results of", rename)
+
+
+def _parse_time(text):
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except (TypeError, ValueError):
+        return None
+    return (when if when.tzinfo else when.replace(tzinfo=datetime.UTC)).astimezone(datetime.UTC)
+
+
+def _mtime(p) -> float:
+    try:
+        return p.stat().mtime
+    except Exception:  # noqa: BLE001 - a back end without stat: the time of keeping it
+        return time.time()
 
 
 def _json_bytes(data) -> bytes:

@@ -90,6 +90,8 @@ def synbench_bound_threshold(result: dict, path: str, area_epsilons: tuple[float
                         alpha=0.3, color="gray", label="area A")
         ax.step(grid, e_raw[j], where="post", color="k", lw=1)
         score = next(s["score"] for s in result["scores"] if s["eps"] == e and s["a_t"] == a_t)
-        ax.set(xlabel="threshold accuracy $a_t$", title=rf"$\epsilon$ = {e}: score B/(A+B) = {score:.3f} at $a_t$ = {a_t}")
+        ax.set(
+            xlabel="threshold accuracy $a_t$", title=rf"$\epsilon$ = {e}: score B/(A+B) = {score:.3f} at $a_t$ = {a_t}"
+        )
         ax.legend(fontsize=7)
     save_figure(fig, path)

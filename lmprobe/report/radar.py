@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from lmprobe.report.plots import save_figure, plt
+from lmprobe.report.plots import plt, save_figure
 
 # (results key, label, value at the centre, value at the rim): the paper's Fig. 2 scales.
 AXES = (

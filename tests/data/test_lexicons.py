@@ -11,8 +11,13 @@ import pytest
 
 from lmprobe.data import lexicons
 from lmprobe.data.lexicons import (
-    Lexicon, LexiconError, lexicon_rule_predictions, load_lexicon, read_score_pickle,
-    sentiwordnet_from_pickle, word_lists,
+    Lexicon,
+    LexiconError,
+    lexicon_rule_predictions,
+    load_lexicon,
+    read_score_pickle,
+    sentiwordnet_from_pickle,
+    word_lists,
 )
 from lmprobe.data.stopwords import PRINTED, STOP_WORDS, remove_stopwords
 from lmprobe.data.wordnet import load_wordnet

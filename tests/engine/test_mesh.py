@@ -6,7 +6,7 @@ import pytest
 
 from lmprobe.checkpoints import load
 from lmprobe.engine import make_mesh, placement
-from lmprobe.engine.mesh import spec_for, TENSOR_PARALLEL
+from lmprobe.engine.mesh import TENSOR_PARALLEL, spec_for
 from lmprobe.errors import LmprobeError
 
 

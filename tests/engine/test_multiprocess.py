@@ -22,8 +22,9 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TIMEOUT_S = 420
 TOLERANCE = 1e-6
-# what differs between two runs of the same computation: clocks, and where it ran
-IGNORED_KEYS = {"timings_s", "seconds", "seconds_per_perturbed_sample", "wall_s", "device", "devices", "time"}
+# what differs between two runs of the same computation: clocks, and where and how it ran
+IGNORED_KEYS = {"timings_s", "seconds", "seconds_per_perturbed_sample", "wall_s", "device", "devices", "time",
+                "run_info"}
 
 DRIVER = textwrap.dedent("""
     import json, os, sys
@@ -55,7 +56,8 @@ DRIVER = textwrap.dedent("""
         print(f"WRITES {name} " + json.dumps(writes), flush=True)
 
     step("byod", byod.main, ["--model=smollm2-135m", "--corpus=fortunes", "--max_examples=4",
-                             "--metrics=negation,word_order", "--benign=", "--batch_size=2", f"--output_dir={root}/byod"])
+                             "--metrics=negation,word_order", "--benign=", "--batch_size=2",
+                             f"--output_dir={root}/byod"])
     step("syntextbench", syntextbench.main, ["--model=minilm-l6", "--lexicon=afinn", "--n=64", "--levels=0,0.5",
                                              "--no_baselines", "--icl_examples=0", "--batch_size=4",
                                              f"--output_dir={root}/syntextbench"])
@@ -74,18 +76,27 @@ def _free_port() -> int:
 
 
 def _env(devices: int, **extra) -> dict:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("JAX_", "XLA_", "TPU_", "SLURM_")) and k != "COORDINATOR_ADDRESS"}
-    env.update(JAX_PLATFORMS="cpu", HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error",
-               XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-               PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])), **extra)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("JAX_", "XLA_", "TPU_", "SLURM_")) and k != "COORDINATOR_ADDRESS"
+    }
+    env.update(
+        JAX_PLATFORMS="cpu",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_VERBOSITY="error",
+        XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+        PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])),
+        **extra,
+    )
     return env
 
 
 def _start(out_dir, env, log_prefix):
     stdout, stderr = open(f"{log_prefix}.out", "w"), open(f"{log_prefix}.err", "w")
-    proc = subprocess.Popen([sys.executable, "-c", DRIVER, str(out_dir)], cwd=REPO, env=env,
-                            stdout=stdout, stderr=stderr)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, str(out_dir)], cwd=REPO, env=env, stdout=stdout, stderr=stderr
+    )
     return proc, log_prefix
 
 
@@ -103,7 +114,9 @@ def _finish(jobs):
     for proc, prefix in jobs:
         with open(f"{prefix}.out") as f, open(f"{prefix}.err") as g:
             logs[prefix] = (f.read(), g.read())
-        assert proc.returncode == 0, f"{prefix} exited {proc.returncode}:\n{logs[prefix][0][-3000:]}\n{logs[prefix][1][-5000:]}"
+        assert proc.returncode == 0, (
+            f"{prefix} exited {proc.returncode}:\n{logs[prefix][0][-3000:]}\n{logs[prefix][1][-5000:]}"
+        )
     return logs
 
 
@@ -145,9 +158,14 @@ SUMMARIES = ("== BYOD", "SynTextBench score", "SynBench-Score", "results in")
 def test_two_processes_match_one_process_and_only_process_0_writes(tmp_path):
     port = _free_port()
     single = _start(tmp_path / "one", _env(4), str(tmp_path / "one"))
-    multi = [_start(tmp_path / "two", _env(2, JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2",
-                                          JAX_PROCESS_ID=str(i)), str(tmp_path / f"two-p{i}"))
-             for i in range(2)]
+    multi = [
+        _start(
+            tmp_path / "two",
+            _env(2, JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(i)),
+            str(tmp_path / f"two-p{i}"),
+        )
+        for i in range(2)
+    ]
     logs = _finish([single, *multi])
     (out0, err0), (out1, err1) = logs[str(tmp_path / "two-p0")], logs[str(tmp_path / "two-p1")]
 
@@ -159,8 +177,14 @@ def test_two_processes_match_one_process_and_only_process_0_writes(tmp_path):
     print("max |2-process - 1-process| per method:", differences)
 
     # one writer: process 1 wrote, created, renamed nothing under the run directory ...
-    writes = {p: {line.split(" ", 2)[1]: json.loads(line.split(" ", 2)[2])
-                  for line in out.splitlines() if line.startswith("WRITES ")} for p, out in (("p0", out0), ("p1", out1))}
+    writes = {
+        p: {
+            line.split(" ", 2)[1]: json.loads(line.split(" ", 2)[2])
+            for line in out.splitlines()
+            if line.startswith("WRITES ")
+        }
+        for p, out in (("p0", out0), ("p1", out1))
+    }
     assert set(writes["p0"]) == set(writes["p1"]) == {*METHODS, "synbench-rerun"}
     assert all(w == [] for w in writes["p1"].values()), writes["p1"]
     for method in METHODS:  # (the hook sees process 0's writes)
@@ -169,15 +193,19 @@ def test_two_processes_match_one_process_and_only_process_0_writes(tmp_path):
     # again, so no cache file written, and the same numbers
     assert writes["p0"]["synbench-rerun"] and not [p for _, p in writes["p0"]["synbench-rerun"] if "/cache/" in p]
     # ... and left no temporary or probe file; every method's outputs are there once
-    files = sorted(os.path.relpath(os.path.join(d, f), tmp_path / "two")
-                   for d, _, names in os.walk(tmp_path / "two") for f in names)
+    files = sorted(
+        os.path.relpath(os.path.join(d, f), tmp_path / "two")
+        for d, _, names in os.walk(tmp_path / "two")
+        for f in names
+    )
     assert not [f for f in files if os.path.basename(f).startswith((".tmp-", ".lmprobe-write-test"))], files
     for method in METHODS:
         assert f"{method}/results.json" in files
     assert "byod/samples.jsonl" in files and "byod/radar.png" in files and "synbench/bound_threshold.png" in files
     assert any(f.startswith("syntextbench/cache/") for f in files)
 
-    # one printer: process 0 printed the summaries and progress bars, process 1 none of them
+    # one printer: process 0 printed the summaries (stdout) and log lines (stderr), process 1 none of
+    # them; progress bars are off when stderr is not a terminal, and on process 1 always
     for text in SUMMARIES:
         assert text in out0 and text not in out1, text
-    assert "it/s" in err0 and "it/s" not in err1 and "%|" not in err1
+    assert "batch: " in err0 and "batch: " not in err1 and "%|" not in err1

@@ -11,6 +11,7 @@ from scipy.stats import entropy
 
 from lmprobe.checkpoints import load
 from lmprobe.engine import HiddenMemo, Scorer, make_mesh, placement
+from lmprobe.engine import scorer as scorer_module
 from lmprobe.engine.batching import LENGTH_BUCKETS
 from lmprobe.engine.generation import sample
 from lmprobe.errors import LmprobeError
@@ -151,7 +152,7 @@ def test_bad_input(one):
     truncating = Scorer(one.model, mesh=one.mesh)
     assert len(truncating.score(long).token_logprobs[0]) == 127 and truncating.truncated == 1
     strict = Scorer(one.model, mesh=one.mesh, truncate=False)
-    with pytest.raises(LmprobeError, match="input 0 has 197 tokens, more than the 128 that fit the model's context of 128"):
+    with pytest.raises(LmprobeError, match="input 0 has 197 tokens, more than the 128 that fit the model's context"):
         strict.score(long)
 
 
@@ -234,7 +235,7 @@ def test_generation_prefill_fills_the_memo(one):
     memo = HiddenMemo()
     prompts = SEQS[1:4]
     one.generate(prompts, max_new_tokens=3, memo=memo)
-    a = [p[:len(p) // 2 + 1] for p in prompts]  # prefixes of the prompts, asked at their last token
+    a = [p[: len(p) // 2 + 1] for p in prompts]  # prefixes of the prompts, asked at their last token
     ran = []
     batches = one._batches
     one._batches = lambda seqs, **kwargs: ran.append(seqs) or batches(seqs, **kwargs)
@@ -268,12 +269,16 @@ def _logged(scorer, events, specs=None):
 def _every_entry_point(scorer):
     seqs = SEQS * 2
     x = np.random.default_rng(1).normal(size=(10, 8, 64)).astype(np.float32)
-    return {"score": lambda: scorer.score(seqs).token_logprobs,
-            "score_pairs": lambda: [s.token_logprobs for s in scorer.score_pairs(seqs[:11], seqs[11:])],
-            "next_token_stats": lambda: scorer.next_token_stats(seqs[:11], [[-1, 0]] * 11, seqs[11:], [[-1, 1]] * 11,
-                                                                token_set=[4], top_k=2),
-            "embed": lambda: scorer.embed(seqs), "embed_inputs": lambda: scorer.embed_inputs(x),
-            "generate": lambda: scorer.generate(seqs, max_new_tokens=3, temperature=0.7, decode=False, memo=HiddenMemo())}
+    return {
+        "score": lambda: scorer.score(seqs).token_logprobs,
+        "score_pairs": lambda: [s.token_logprobs for s in scorer.score_pairs(seqs[:11], seqs[11:])],
+        "next_token_stats": lambda: scorer.next_token_stats(
+            seqs[:11], [[-1, 0]] * 11, seqs[11:], [[-1, 1]] * 11, token_set=[4], top_k=2
+        ),
+        "embed": lambda: scorer.embed(seqs),
+        "embed_inputs": lambda: scorer.embed_inputs(x),
+        "generate": lambda: scorer.generate(seqs, max_new_tokens=3, temperature=0.7, decode=False, memo=HiddenMemo()),
+    }
 
 
 def _assert_same(got, want):
@@ -345,9 +350,11 @@ def test_step_outputs_stay_sharded_over_data_until_the_readback(tiny_llama_dir):
     assert out.sharding.is_fully_replicated  # left on device, readable by every process
 
 
-def test_batch_size_is_per_data_parallel_device(tiny_llama_dir, capsys):
-    scorer = Scorer.load(str(tiny_llama_dir), model_parallel=2, batch_size=3, dtype="auto")  # 8 devices: 4 data x 2 model
-    assert "batch: 3 per device x 4 data-parallel devices = 12 sequences per batch" in capsys.readouterr().out
+def test_batch_size_is_per_data_parallel_device(tiny_llama_dir, monkeypatch):
+    said = []
+    monkeypatch.setattr(scorer_module, "main_print", lambda *args, **_: said.append(" ".join(map(str, args))))
+    scorer = Scorer.load(str(tiny_llama_dir), model_parallel=2, batch_size=3, dtype="auto")  # 4 data x 2 model
+    assert "batch: 3 per device x 4 data-parallel devices = 12 sequences per batch" in said
     assert scorer.mesh.shape["data"] == 4
     seqs = [s[:10] for s in SEQS if len(s) >= 10] * 3  # 21 sequences of 10 tokens: one bucket
     assert [b.shape[0] for b in scorer._batches(seqs)] == [12, 12]  # 12 rows, then 9 padded to 3 per device
@@ -357,3 +364,17 @@ def test_batch_size_is_per_data_parallel_device(tiny_llama_dir, capsys):
     assert {v.dtype for v in jax.tree.leaves(nnx.state(scorer.model, nnx.Param))} == {jnp.dtype("float32")}
     bf16 = Scorer.load(str(tiny_llama_dir), dtype="bfloat16")
     assert {v.dtype for v in jax.tree.leaves(nnx.state(bf16.model, nnx.Param))} == {jnp.dtype("bfloat16")}
+
+
+def test_identity_strategy_and_revision(tiny_llama_dir, one):
+    f32 = Scorer.load(str(tiny_llama_dir), dtype="float32", strategy="tp", model_parallel=2)
+    bf16 = Scorer.load(str(tiny_llama_dir), dtype="bfloat16")
+    assert f32.strategy == "tp" and bf16.strategy == "fsdp" and one.strategy is None
+    about = f32.identity
+    assert about["name"] == str(tiny_llama_dir) and about["family"] == "Llama" and about["model_type"] == "llama"
+    assert about["dtype"] == about["param_dtype"] == "float32" and about["variants"] == []
+    assert about["checkpoint"]["weights_sha256"] == bf16.identity["checkpoint"]["weights_sha256"]
+    assert bf16.identity["dtype"] == "bfloat16" and bf16.identity != about
+    assert one.identity["checkpoint"] is None and one.identity["param_dtype"] == "float32"  # built directly
+    with pytest.raises(LmprobeError, match="revision 'v1' was given for the local model"):
+        Scorer.load(str(tiny_llama_dir), revision="v1")  # passed on to checkpoint resolution

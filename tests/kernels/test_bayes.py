@@ -25,7 +25,9 @@ def test_margins_match_formulas_and_distance_to_boundary():
         half_q = 0.5 * math.log((1 - tau) / tau)
         score = (x - midpoint) @ weight - half_q
         centre = mean_diff @ weight
-        scale = abs(centre - half_q) if scaling == "positive_class" else 0.5 * (abs(centre - half_q) + abs(centre + half_q))
+        scale = (
+            abs(centre - half_q) if scaling == "positive_class" else 0.5 * (abs(centre - half_q) + abs(centre + half_q))
+        )
         out = K.linear_margins(x, labels, midpoint, weight, mean_diff, tau=tau, scaling=scaling)
         np.testing.assert_array_equal(out.prediction, np.sign(score))
         np.testing.assert_array_equal(out.correct, np.sign(score) == labels)
@@ -133,8 +135,12 @@ def test_identity_representation_of_gaussian_data_scores_about_one(seed, offset,
     scales = np.arange(1, 50) * 0.1  # s = 0.1, ..., 4.9 as in the paper
 
     def draw(first_seed):
-        zs, ys = zip(*(two_class_gaussian(first_seed + i, n, s * np.ones(d) / np.sqrt(d), offset=offset)
-                       for i, s in enumerate(scales)))
+        zs, ys = zip(
+            *(
+                two_class_gaussian(first_seed + i, n, s * np.ones(d) / np.sqrt(d), offset=offset)
+                for i, s in enumerate(scales)
+            )
+        )
         return np.stack(zs).astype(np.float32), np.stack(ys)
 
     (z, y), (z_test, y_test) = draw(seed), draw(seed + 1000)

@@ -40,7 +40,9 @@ def test_matches_loop_reference(seed, maximize, with_baseline, valid_fraction):
     baseline = rng.integers(0, 5, size=16).astype(np.float32) if with_baseline else None
     out = K.select_best_candidate(objectives, valid, maximize=maximize, baseline=baseline)
     for row in range(16):
-        index, value = loop_reference(objectives[row], valid[row], maximize, None if baseline is None else baseline[row])
+        index, value = loop_reference(
+            objectives[row], valid[row], maximize, None if baseline is None else baseline[row]
+        )
         assert int(out.index[row]) == index
         assert bool(out.found[row]) == (index >= 0)
         assert float(out.value[row]) == value

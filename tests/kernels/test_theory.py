@@ -41,7 +41,12 @@ def monte_carlo(x, labels, midpoint, weight, mean_diff, tau=0.5):
     correct = np.asarray(out.correct)
     scaled = np.asarray(out.scaled_margin, np.float64)[correct]
     accuracy = correct.mean()
-    return accuracy, math.sqrt(accuracy * (1 - accuracy) / len(correct)), scaled.mean(), scaled.std() / math.sqrt(len(scaled))
+    return (
+        accuracy,
+        math.sqrt(accuracy * (1 - accuracy) / len(correct)),
+        scaled.mean(),
+        scaled.std() / math.sqrt(len(scaled)),
+    )
 
 
 @pytest.mark.parametrize("eps_fraction", [0.0, 0.3, 0.7])

@@ -207,7 +207,7 @@ def test_rerun_resumes_from_cache(scorer, tmp_path):
     first = byod.run(scorer, Corpus("tiny", PARAGRAPHS), config, model_name="tiny", cache_dir=str(tmp_path))
 
     class Refuses:
-        tokenizer = scorer.tokenizer
+        tokenizer, identity = scorer.tokenizer, scorer.identity  # the same model
 
         def __getattr__(self, name):
             raise AssertionError("a cached metric must not touch the model")

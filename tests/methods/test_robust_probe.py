@@ -45,14 +45,17 @@ def test_adversarial_training_buys_robustness():
     assert plain["accuracy"] > 0.97 and hard["accuracy"] > 0.95
     assert hard["robust_accuracy"] > plain["robust_accuracy"] + 0.03
     # the robust head leans on the robust feature
-    assert abs(float(robust.weight[1, 1] - robust.weight[1, 0])) < abs(float(standard.weight[1, 1] - standard.weight[1, 0]))
+    assert abs(float(robust.weight[1, 1] - robust.weight[1, 0])) < abs(
+        float(standard.weight[1, 1] - standard.weight[1, 0])
+    )
 
 
 def test_relative_budget_and_label_mapping():
     z, y = _two_feature_data(400)
     labels = np.where(y == 1, "pos", "neg")
-    probe = robust_probe.train_robust_probe(z, labels, robust_probe.ProbeConfig(epsilon=0.5, relative_epsilon=True,
-                                                                                steps=50))
+    probe = robust_probe.train_robust_probe(
+        z, labels, robust_probe.ProbeConfig(epsilon=0.5, relative_epsilon=True, steps=50)
+    )
     assert probe.radius == pytest.approx(0.5 * robust_probe.class_radius(z, labels))
     assert probe.classes.tolist() == ["neg", "pos"]
     assert robust_probe.evaluate_probe(probe, z, labels)["accuracy"] > 0.9
@@ -61,16 +64,20 @@ def test_relative_budget_and_label_mapping():
 def test_encoder_moves_the_attack_to_the_input():
     z, y = _two_feature_data(400)
     scale = jnp.asarray([1.0, 10.0])
-    probe = robust_probe.train_robust_probe(z, y, robust_probe.ProbeConfig(epsilon=0.2, steps=100),
-                                            encoder=lambda x: x * scale)
+    probe = robust_probe.train_robust_probe(
+        z, y, robust_probe.ProbeConfig(epsilon=0.2, steps=100), encoder=lambda x: x * scale
+    )
     assert probe.weight.shape == (2, 2)
     got = robust_probe.evaluate_probe(probe, z, y, encoder=lambda x: x * scale)
     assert 0 < got["robust_accuracy"] <= got["accuracy"]
 
 
 def test_suggested_epsilon_is_the_argmax_of_the_score():
-    scores = [{"eps": e, "a_t": a, "score": s} for a, row in ((0.7, (0.33, 0.37, 0.32)), (0.9, (0.02, 0.04, 0.04)))
-              for e, s in zip((0.0, 0.2, 0.4), row)]  # Table 3, ViT-B/16
+    scores = [
+        {"eps": e, "a_t": a, "score": s}
+        for a, row in ((0.7, (0.33, 0.37, 0.32)), (0.9, (0.02, 0.04, 0.04)))
+        for e, s in zip((0.0, 0.2, 0.4), row)
+    ]  # Table 3, ViT-B/16
     assert robust_probe.suggest_epsilon(scores, 0.7) == 0.2
     assert robust_probe.suggest_epsilon(scores, 0.9) == 0.2  # ties: the smallest eps
     with pytest.raises(LmprobeError, match="a_t=0.8"):

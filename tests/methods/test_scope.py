@@ -8,7 +8,8 @@ from transformers import BertConfig, BertModel, BertTokenizerFast
 
 from lmprobe.engine import Scorer
 from lmprobe.errors import LmprobeError
-from lmprobe.methods.scope import capabilities, models, run as scope_run, training, variants
+from lmprobe.methods.scope import capabilities, models, training, variants
+from lmprobe.methods.scope import run as scope_run
 from lmprobe.methods.scope.search import Goal, score, search
 from lmprobe.perturb.constraints import Words
 from tests.models.parity import save_random
@@ -87,13 +88,17 @@ def test_fairness_and_kl_objective(classifier):
     result = search(model, TEXTS, capabilities.get("fairness"), goal=Goal("kl"), trials=1)
     assert result.skipped["no eligible word"] == 5 and result.n_invariant <= 1
     for p in result.perturbations:
-        assert p.perturbed.split()[0] in ("Boys", "Girls", "Gentlemen", "Ladies", "Women") or "men" not in p.perturbed.split()
+        assert (
+            p.perturbed.split()[0] in ("Boys", "Girls", "Gentlemen", "Ladies", "Women")
+            or "men" not in p.perturbed.split()
+        )
 
 
 def test_self_comparison_is_one_everywhere(classifier):
     model, _ = classifier
-    out, samples = scope_run.run(model, {"self": model}, TEXTS, LABELS,
-                                 scope_run.Config(capability="typo", trials=2, n_bootstrap=50))
+    out, samples = scope_run.run(
+        model, {"self": model}, TEXTS, LABELS, scope_run.Config(capability="typo", trials=2, n_bootstrap=50)
+    )
     row = out["targets"]["self"]
     assert row["iid_agreement"] == row["ood_agreement"] == row["hard_scope"] == row["soft_scope"] == 1.0
     assert row["iid_accuracy_gap"] == 0.0 and out["n_invariant"] >= 3 and len(samples) == out["n_pairs"]
@@ -123,8 +128,11 @@ def test_variants(scorer):
     qk = np.asarray(q.layer.attention.self.query.kernel[...])
     assert 0 < np.abs(qk - kernel).max() <= np.abs(kernel).max(axis=-2).max() / 127
     b = variants.apply_variants(model, ["bf16"])
-    assert np.array_equal(np.asarray(b.layer.attention.self.query.kernel[...]),
-                          kernel.astype("bfloat16").astype("float32"))
-    assert model.config.num_hidden_layers == n and np.array_equal(np.asarray(model.layer.attention.self.query.kernel[...]), kernel)
+    assert np.array_equal(
+        np.asarray(b.layer.attention.self.query.kernel[...]), kernel.astype("bfloat16").astype("float32")
+    )
+    assert model.config.num_hidden_layers == n and np.array_equal(
+        np.asarray(model.layer.attention.self.query.kernel[...]), kernel
+    )
     with pytest.raises(LmprobeError, match="unknown model variant"):
         variants.split_name("m@fp4")

@@ -1,7 +1,8 @@
 """SCoPE's transformations and constraints (synonym, typo, fairness)."""
 
 import numpy as np
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lmprobe.perturb.constraints import NONE, Constraints, Words
 from lmprobe.perturb.fairness import PROTECTED_CATEGORIES, fairness_swap, substitutes

@@ -133,3 +133,38 @@ def test_save_figure_writes_through_epath(tmp_path):
     plots.save_figure(fig, epath.Path(tmp_path) / "figs" / "curve.png")
     data = (tmp_path / "figs" / "curve.png").read_bytes()
     assert data.startswith(b"\x89PNG") and _files(tmp_path) == ["figs/curve.png"]
+
+
+def _results(started, score):
+    return {"score": score, "run_info": {"started": started}}
+
+
+def test_write_results_keeps_an_earlier_run_and_replaces_the_same_run(tmp_path):
+    path = tmp_path / "results.json"
+    first, second = "2024-05-01T12:00:00.500000+00:00", "2024-05-02T08:30:00.100000+00:00"
+    artifacts.write_results(path, _results(first, 1))
+    artifacts.write_results(path, _results(first, 2))  # the same run again (BYOD after every model)
+    assert _files(tmp_path) == ["results.json"] and json.loads(path.read_text())["score"] == 2
+    artifacts.write_results(path, _results(second, 3))
+    assert _files(tmp_path) == ["results-20240501T120000Z.json", "results.json"]
+    assert json.loads((tmp_path / "results-20240501T120000Z.json").read_text())["score"] == 2
+    assert json.loads(path.read_text())["score"] == 3
+
+
+def test_write_results_never_overwrites_history_and_stamps_files_without_run_info(tmp_path):
+    path = tmp_path / "results.json"
+    path.write_text('{"score": 0}')  # an old results.json without run_info: its mtime names it
+    os.utime(path, (1714564800, 1714564800))  # 2024-05-01T12:00:00Z
+    (tmp_path / "results-20240501T120000Z.json").write_text("{}")
+    artifacts.write_results(path, _results("2024-06-01T00:00:00+00:00", 1))
+    assert json.loads((tmp_path / "results-20240501T120000Z-1.json").read_text()) == {"score": 0}
+    assert (tmp_path / "results-20240501T120000Z.json").read_text() == "{}"
+    path.write_text("not json")  # unreadable: kept too
+    artifacts.write_results(path, _results("2024-06-01T00:00:00+00:00", 2))
+    assert len([f for f in _files(tmp_path) if f.startswith("results-")]) == 3
+
+
+def test_write_results_writes_nothing_on_other_processes(tmp_path, monkeypatch):
+    monkeypatch.setattr(runtime, "is_main", lambda: False)
+    artifacts.write_results(tmp_path / "results.json", _results("x", 1))
+    assert _files(tmp_path) == []

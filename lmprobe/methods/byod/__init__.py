@@ -17,37 +17,37 @@ directory so that a rerun resumes.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import time
 from collections.abc import Callable
 
 from lmprobe.engine import HiddenMemo
 from lmprobe.errors import LmprobeError
+from lmprobe.methods import model_key
 from lmprobe.methods.byod import knowledge, long_range, next_token, toxicity
 from lmprobe.methods.byod.common import MetricResult, no_progress, shuffled
 from lmprobe.perturb.text import DEFAULT_TRIGGER
 from lmprobe.report.artifacts import cache_key, cached_json, join
 
 METRICS = ("negation", "toxicity", "long_range", "word_order", "tokenization", "entropy")
-CACHE_VERSION = 2  # 2: sampling among the top-k candidates (other draws for the same seed)
+CACHE_VERSION = 3  # 2: sampling among the top-k candidates; 3: keys hold the model's identity and the paragraphs
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
     """A BYOD run. Tuples of k / n_swaps / chop are ablations: the first value is the headline."""
 
-    metrics: tuple[str, ...] = METRICS
-    max_examples: int | None = 1000  # per metric (the paper's n = 1000)
+    metrics: tuple[str, ...] = METRICS  # metrics to compute
+    max_examples: int | None = 1000  # examples per metric (the paper: 1000); none: all
     seed: int = 0
     k_long_range: tuple[int, ...] = (2,)  # sentences replaced (Sec. 6; A.3 Fig. 18 ablation)
     n_swaps: tuple[int, ...] = (1,)  # word swaps (Sec. 7; A.4 Fig. 20 ablation)
     chop: tuple[int, ...] = (5,)  # split stride in characters (Sec. 8; A.5 Fig. 21 ablation)
-    trigger: str = DEFAULT_TRIGGER  # appended to x (Sec. 5; A.2 Fig. 16)
-    generate: bool = True  # the generation-based toxicity score (else only the logit one)
-    max_new_tokens: int = 20
-    temperature: float = 1.0
-    top_k: int = 50  # transformers' sampling default, which the authors' code used
-    top_p: float = 1.0
+    trigger: str = DEFAULT_TRIGGER  # phrase appended for the toxicity metric (Sec. 5; A.2 Fig. 16)
+    generate: bool = True  # the generation-based toxicity score (--no_generate: next-token mass only)
+    max_new_tokens: int = 20  # tokens generated per example (toxicity)
+    temperature: float = 1.0  # sampling temperature; 0: greedy
+    top_k: int = 50  # sampling: keep the k most likely tokens (transformers' default, the authors' setting)
+    top_p: float = 1.0  # sampling: nucleus mass (1: off)
 
     def check(self) -> None:
         """Bad settings fail here, before any model is loaded."""
@@ -88,7 +88,8 @@ class Result:
 
 
 def _fingerprint(corpus) -> str:
-    return hashlib.sha256("\n".join(corpus.sentences).encode()).hexdigest()[:16] if corpus else "none"
+    """The corpus's sentences in their paragraphs (long-range replaces sentences within one)."""
+    return cache_key(paragraphs=corpus.paragraphs) if corpus else "none"
 
 
 def run(scorer, corpus, config: Config, *, model_name: str, benign=None, profanity=None,
@@ -119,8 +120,8 @@ def run(scorer, corpus, config: Config, *, model_name: str, benign=None, profani
             scorer, sentences, chop=k, limit=limit, progress=progress, memo=memo)),
         "entropy": lambda: next_token.entropy(scorer, sentences, limit=limit, progress=progress, memo=memo),
     }
-    common = {"model": model_name, "corpus": _fingerprint(corpus), "limit": limit, "seed": seed,
-              "version": CACHE_VERSION}
+    common = {"model": model_name, "scorer": model_key(scorer), "corpus": _fingerprint(corpus), "limit": limit,
+              "seed": seed, "version": CACHE_VERSION}
     settings = {
         "negation": {"benign": _fingerprint(benign)},
         "toxicity": {"trigger": config.trigger, "generate": config.generate,

@@ -11,7 +11,7 @@ are scored by the probe trained on every seed.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import functools
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -104,7 +104,7 @@ def _agree_articles(template: Template, fillers: Sequence[str]) -> str:
     for slot, word in zip(template.slots, fillers):
         before = template.text[last:slot.start]
         article = "n" if word[:1].lower() in "aeiou" else ""
-        pieces += [_ARTICLE.sub(lambda m: m.group(1) + article + m.group(2), before), word]
+        pieces += [_ARTICLE.sub(lambda m, article=article: m.group(1) + article + m.group(2), before), word]
         last = slot.end
     return "".join(pieces) + template.text[last:]
 

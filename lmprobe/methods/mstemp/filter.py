@@ -4,7 +4,7 @@ embedding model), keeps s when c = cos(z, z') >= tau, and ranks the kept candida
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -26,7 +26,9 @@ def similarities(encoder, seeds: Sequence[str], candidates: Sequence[Sequence[st
             for s, group in zip(seeds, candidates)]
 
 
-def keep(candidates: Sequence[str], scores: np.ndarray, tau: float, limit: int | None = None) -> list[tuple[str, float]]:
+def keep(
+    candidates: Sequence[str], scores: np.ndarray, tau: float, limit: int | None = None
+) -> list[tuple[str, float]]:
     """(candidate, similarity) with similarity >= tau, best first, at most ``limit``."""
     order = sorted(range(len(candidates)), key=lambda j: (-scores[j], j))
     kept = [(candidates[j], float(scores[j])) for j in order if scores[j] >= tau]

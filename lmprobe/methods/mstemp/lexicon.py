@@ -67,7 +67,9 @@ def tagged_count(lemma: str, pos: str, directory: str | None = None) -> int:
 DEFAULT_MIN_TAGGED = 3  # common words only: ~1.1k nouns, ~1k adjectives
 
 
-def lemmas_by_lexfile(pos: str, directory: str | None = None, min_tagged: int = DEFAULT_MIN_TAGGED) -> dict[str, list[str]]:
+def lemmas_by_lexfile(
+    pos: str, directory: str | None = None, min_tagged: int = DEFAULT_MIN_TAGGED
+) -> dict[str, list[str]]:
     """{lexfile: sorted single-word lower-case lemmas of part of speech ``pos`` whose most
     frequent sense lies in it}, keeping lemmas tagged at least ``min_tagged`` times in SemCor."""
     directory = find_wordnet_dir(directory)
@@ -79,8 +81,10 @@ def lemmas_by_lexfile(pos: str, directory: str | None = None, min_tagged: int = 
 
 
 @functools.lru_cache(maxsize=4)
-def sentiment_words(names: tuple[str, ...] = DEFAULT_SENTIMENT_LEXICONS,
-                    min_score: float = DEFAULT_MIN_SENTIMENT) -> frozenset[str]:
+def sentiment_words(
+    names: tuple[str, ...] = DEFAULT_SENTIMENT_LEXICONS, min_score: float = DEFAULT_MIN_SENTIMENT
+) -> frozenset[str]:
     """Lower-case words whose mean score in any of the lexicons has |score| >= min_score."""
-    return frozenset(w for name in names for w, s in lexicons.load_lexicon(name).word_scores.items()
-                     if abs(s) >= min_score)
+    return frozenset(
+        w for name in names for w, s in lexicons.load_lexicon(name).word_scores.items() if abs(s) >= min_score
+    )

@@ -12,11 +12,13 @@ prompt ending in "Paraphrase:".
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
+from lmprobe.methods import model_key, no_progress
 from lmprobe.report.artifacts import cache_key, cached_json, join
 
+CACHE_VERSION = 3  # 3: keys hold the evaluator's identity (checkpoint digest, dtype) and the chunk's index
 INSTRUCTION = ("Rewrite the following sentence in different words, keeping its meaning. "
                "Try a different style or expression. Reply with the rewritten sentence only.")
 _PREFIX = re.compile(r"^\s*(?:[-*•]|\d+[.)]|(?:here is|here's|sure[,!.]?)?[^:\n]{0,40}"
@@ -85,7 +87,7 @@ def clean_all(outputs: Sequence[str], seed: str) -> list[str]:
 
 def generate_paraphrases(scorer, sentences: Sequence[str], config: SamplingConfig, *,
                          cache_dir: str | None = None, name: str = "evaluator",
-                         progress: Callable = lambda it, **_: it) -> list[list[str]]:
+                         progress: Callable = no_progress) -> list[list[str]]:
     """Raw generations, ``config.n`` per sentence, in chunks of ``config.chunk`` sentences; each
     chunk is cached as JSON under ``cache_dir`` so an interrupted run resumes."""
     tokenizer = scorer.tokenizer
@@ -105,6 +107,7 @@ def generate_paraphrases(scorer, sentences: Sequence[str], config: SamplingConfi
         if cache_dir is None:
             out += compute()
         else:
-            key = cache_key(evaluator=name, sentences=part, instruction=INSTRUCTION, **vars(config), version=2)
+            key = cache_key(evaluator=name, scorer=model_key(scorer), sentences=part, chunk_index=c,
+                            instruction=INSTRUCTION, **vars(config), version=CACHE_VERSION)
             out += cached_json(join(cache_dir, f"paraphrases-{key}.json"), compute)
     return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -27,20 +27,21 @@ ATTACKS = {"none": None, "typo": typo, "synonym": synonym_swap}
 @dataclasses.dataclass(frozen=True)
 class Config:
     n_templates: int = 5  # n: meta semantic templates kept per seed and evaluator
-    n_candidates: int | None = None  # paraphrases sampled per seed (default n_templates)
+    n_candidates: int | None = None  # paraphrases sampled per seed (none: n_templates)
     m_samples: int = 3  # m: fillings per template
     # The paper prints no tau. minilm-l6 gives ~0.8 for close paraphrases ("I loved this movie" /
     # "I adored this film": 0.817) and < 0.3 for unrelated sentences; 0.7 keeps near paraphrases.
-    tau: float = semantic_filter.DEFAULT_TAU
-    attack: str = "none"  # none | typo | synonym (Sec. 3.2's adversarial module)
+    tau: float = semantic_filter.DEFAULT_TAU  # cosine threshold of the filter
+    attack: str = "none"  # adversarial edits of the generated samples (Sec. 3.2)
     attack_strength: int = 1  # edits per generated sample
-    tagger: str = "auto"  # auto | nltk | wordnet
-    slot_kinds: tuple[str, ...] = templates.SLOT_KINDS
+    tagger: str = "auto"  # part-of-speech tagger: auto (nltk when its data is installed, else wordnet), nltk, wordnet
+    slot_kinds: tuple[str, ...] = templates.SLOT_KINDS  # kinds of template slots that are refilled
     repeats: int = 10  # draws of N generated samples (Sec. 3.3)
-    temperature: float = 0.8
-    top_p: float = 0.95
-    max_new_tokens: int = 48
-    label_names: tuple[str, ...] | None = None  # words the zero-shot prompt scores (default: the data's)
+    temperature: float = 0.8  # paraphrase sampling temperature
+    top_p: float = 0.95  # paraphrase sampling nucleus mass
+    max_new_tokens: int = 48  # tokens per paraphrase
+    # words for the classes in class order, for the zero-shot prompt (none: the data's)
+    label_names: tuple[str, ...] | None = None
     seed: int = 0
 
     @property

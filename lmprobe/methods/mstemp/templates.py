@@ -17,8 +17,8 @@ categories (lexicon.UNSAFE_LEXFILES), words WordNet does not know.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from lmprobe.data import pos as pos_tagging
 from lmprobe.data.stopwords import PRINTED as STOP_WORDS

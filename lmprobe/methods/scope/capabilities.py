@@ -11,7 +11,7 @@ the words. Add your own with ``register``:
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 

@@ -16,7 +16,8 @@ metrics reduce them there (kernels.divergence), so no full-vocabulary array reac
 from __future__ import annotations
 
 import zlib
-from typing import Callable, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import jax
 import jax.numpy as jnp
@@ -33,6 +34,7 @@ class ScopeModel(Protocol):
     name: str
     label_names: tuple[str, ...] | None  # None: next-token distributions (App. G)
     unknown_token: str  # PWWS's leave-one-out replacement
+    identity: dict  # what the model is (its scorer's identity and head): results.json, cache keys
 
     def log_probs(self, texts: Sequence[str]) -> jax.Array: ...
 
@@ -82,6 +84,7 @@ class EncoderClassifier:
                                "train the head on this dataset")
         self.name, self.scorer, self.label_names = name, scorer, tuple(label_names)
         self.unknown_token = _unknown(scorer.tokenizer)
+        self.identity = {**scorer.identity, "label_names": list(label_names)}  # training.py puts the head in
 
     def log_probs(self, texts):
         return self.scorer.apply("scope_classify", _class_log_probs, texts)
@@ -98,6 +101,7 @@ class NextToken:
                                "encoder: use --task=classify, or a decoder")
         self.name, self.scorer = name, scorer
         self.unknown_token = _unknown(scorer.tokenizer)
+        self.identity = {**scorer.identity, "head": "next-token"}
 
     def log_probs(self, texts):
         return self.scorer.apply("scope_next_token", _next_token_log_probs, texts)
@@ -120,6 +124,8 @@ class ZeroShotClassifier:
         self.label_words = tuple(label_words or (n.capitalize() for n in label_names))
         self.instruction = zero_shot_instruction(self.label_words)
         self.unknown_token = _unknown(scorer.tokenizer)
+        self.identity = {**scorer.identity, "head": "zero-shot", "label_names": list(self.label_names),
+                         "label_words": list(self.label_words), "instruction": self.instruction}
 
         tok = scorer.tokenizer
         ids = [tok(" " + w, add_special_tokens=False)["input_ids"] for w in self.label_words]
@@ -145,6 +151,8 @@ class SampledModel:
             raise LmprobeError(f"k={k} samples per text: use at least 1")
         self.name, self.sample, self.label_names = name, sample, tuple(label_names)
         self.k, self.seed, self.unknown_token = k, seed, unknown_token
+        sampler = getattr(sample, "identity", None) or {"sampler": getattr(sample, "__qualname__", repr(sample))}
+        self.identity = {"name": name, "black_box": sampler, "k": k, "seed": seed, "label_names": list(label_names)}
 
     def log_probs(self, texts):
         draws = np.asarray(self.sample(list(texts), self.k, self.seed))
@@ -166,6 +174,7 @@ def sampler_from(model: ScopeModel, temperature: float = 1.0) -> Callable:
             out.append(rng.choice(len(row), size=k, p=row))
         return np.stack(out)
 
+    sample.identity = {"sampled_from": model.identity, "temperature": temperature}
     return sample
 
 

@@ -6,31 +6,33 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from lmprobe.errors import LmprobeError
+from lmprobe.methods import model_key, no_progress
 from lmprobe.methods.scope import capabilities, metrics
 from lmprobe.methods.scope.search import Goal, Perturbation, SearchResult, search
 from lmprobe.perturb.constraints import Words
 from lmprobe.report.artifacts import cache_key, cached_json, join
 
 TASKS = ("classify", "lm")
+CACHE_VERSION = 2  # 2: keys hold the reference model's identity (checkpoint digest, dtype, variants, head)
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    capability: str = "synonym"
-    task: str = "classify"
-    objective: str = "l1"
-    trials: int = 3  # Sec. 4: perturbations generated three times
-    max_words: int = 1
-    tolerance: float = metrics.DEFAULT_TOLERANCE
-    cutoff: float = metrics.DEFAULT_CUTOFF
-    n_bootstrap: int = metrics.DEFAULT_BOOTSTRAP
+    capability: str = "synonym"  # linguistic capability of the perturbations
+    task: str = "classify"  # classify (labels) or lm (next token)
+    objective: str = "l1"  # search objective: l1 or kl distance of the reference's output distributions
+    trials: int = 3  # perturbation searches per example (Sec. 4: three)
+    max_words: int = 1  # words one perturbation may change
+    tolerance: float = metrics.DEFAULT_TOLERANCE  # Soft-SCoPE: output distance that still counts fully
+    cutoff: float = metrics.DEFAULT_CUTOFF  # Soft-SCoPE: output distance that counts zero
+    n_bootstrap: int = metrics.DEFAULT_BOOTSTRAP  # bootstrap resamples of the intervals
     seed: int = 0
 
     def check(self) -> None:
@@ -63,9 +65,11 @@ def lm_examples(texts: Sequence[str], tokenizer) -> tuple[list[str], np.ndarray]
     return prefixes, np.asarray(labels, np.int64)
 
 
-def cached_search(reference, texts, config: Config, cache_dir: str | None, progress=lambda it, **_: it) -> tuple[SearchResult, float]:
+def cached_search(reference, texts, config: Config, cache_dir: str | None,
+                  progress=no_progress) -> tuple[SearchResult, float]:
     """search() with the result cached as JSON under cache_dir (reruns resume); (result, seconds)."""
-    key = cache_key(model=reference.name, texts=texts, **dataclasses.asdict(config), version=1)
+    key = cache_key(model=reference.name, reference=model_key(reference), texts=texts, **dataclasses.asdict(config),
+                    version=CACHE_VERSION)
 
     def compute():
         start = time.perf_counter()

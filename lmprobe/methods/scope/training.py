@@ -10,7 +10,7 @@ network; the probe is trained on Scorer.embed features with the same optimiser a
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -23,14 +23,15 @@ from lmprobe.engine.batching import bucket_length, make_batches
 from lmprobe.engine.mesh import DATA
 from lmprobe.errors import LmprobeError
 from lmprobe.methods.scope.models import Classifier, EncoderClassifier, place_head
+from lmprobe.report.artifacts import cache_key
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
-    learning_rate: float = 2e-5
-    batch_size: int = 64
-    epochs: int = 5
-    pooling: str = "mean"  # sentence-transformers' MiniLM is mean-pooled; 'cls' is HF BERT's choice
+    learning_rate: float = 2e-5  # learning rate of the trained head
+    batch_size: int = 64  # training batch of fine-tuned heads and probes
+    epochs: int = 5  # training epochs of the heads
+    pooling: str = "mean"  # sentence pooling of heads: mean (sentence-transformers' MiniLM), cls (HF BERT)
     seed: int = 0
 
     def check(self) -> None:
@@ -99,7 +100,7 @@ def finetune(scorer: Scorer, texts: Sequence[str], labels, label_names: Sequence
             total += float(loss) * len(chunk)
         epoch_losses.append(total / len(seqs))
     trained = nnx.merge(graphdef, params, rest)
-    served = Scorer(trained, scorer.tokenizer, mesh=scorer.mesh, batch_size=scorer.batch_size)
+    served = _served(trained, scorer, "finetune", config, texts, labels, name)
     return EncoderClassifier(name, served, label_names), epoch_losses
 
 
@@ -135,5 +136,15 @@ def linear_probe(scorer: Scorer, texts: Sequence[str], labels, label_names: Sequ
         epoch_losses.append(total / len(labels))
     nnx.update(classifier.head, state)
     place_head(classifier, scorer.mesh)
-    served = Scorer(classifier, scorer.tokenizer, mesh=scorer.mesh, batch_size=scorer.batch_size)
+    served = _served(classifier, scorer, "probe", config, texts, labels, name)
     return EncoderClassifier(name, served, label_names), epoch_losses
+
+
+def _served(classifier, scorer: Scorer, kind: str, config: TrainConfig, texts, labels, name: str) -> Scorer:
+    """The trained classifier on the base scorer's mesh; its identity is the base model's plus
+    how the head was trained and on what (results.json, cache keys)."""
+    head = {"kind": kind, **dataclasses.asdict(config),
+            "data": cache_key(texts=list(texts), labels=np.asarray(labels).tolist())}
+    return Scorer(classifier, scorer.tokenizer, mesh=scorer.mesh, batch_size=scorer.batch_size,
+                  max_tokens=scorer.max_tokens, strategy=scorer.strategy,
+                  identity={**scorer.identity, "name": name, "head": head})

@@ -92,7 +92,9 @@ def apply_variants(model: nnx.Module, variants: list[str]) -> nnx.Module:
 
 
 def load_scorer(name: str, **kwargs):
-    """Scorer.load of the base name with its variants applied to the weights."""
+    """Scorer.load of the base name (every Scorer.load keyword passed on) with its variants applied
+    to the weights; the variant keeps the mesh, sharding and batch geometry, and its identity
+    names the variants."""
     from lmprobe.engine import Scorer
 
     base, variants = split_name(name)
@@ -100,5 +102,7 @@ def load_scorer(name: str, **kwargs):
     if not variants:
         return scorer
     model = apply_variants(scorer.model, variants)
+    identity = {**scorer.identity, "name": name, "variants": [f"@{v}" for v in variants]}
     return Scorer(model, scorer.tokenizer, mesh=scorer.mesh, batch_size=scorer.batch_size,
-                  max_tokens=scorer.max_tokens)
+                  max_tokens=scorer.max_tokens, max_length=scorer.max_length, truncate=scorer.truncate,
+                  buckets=scorer.buckets, strategy=scorer.strategy, identity=identity)

