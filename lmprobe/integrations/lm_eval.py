@@ -1,0 +1,323 @@
+"""lmprobe as an lm-evaluation-harness backend: model ``lmprobe``, lm-eval's tasks on the JAX engine.
+
+    python -m lmprobe.integrations.lm_eval --model lmprobe --model_args pretrained=opt-13b,dtype=bfloat16 --tasks ...
+
+takes lm_eval's own arguments (lm-eval 0.4.13 finds models only in its registry, with no plugin entry
+points, so plain ``lm_eval --model lmprobe`` cannot see this one). In Python, importing this module
+registers the model: ``import lmprobe.integrations.lm_eval`` then ``lm_eval.simple_evaluate(model="lmprobe",
+model_args="pretrained=smollm2-135m", tasks=[...])``.
+
+Requests are tokenized exactly as lm-eval's HF backend (``hf``) does, so the same weights give the same
+log-likelihoods. ``loglikelihood`` packs every continuation of one context into one row whose visibility
+mask lets each see the context and itself (the context runs once: a 4-way multiple-choice question costs
+one question plus its four answers) and runs the LM head at the scored slots only; rows are bucketed and
+sharded by the Scorer. ``loglikelihood_rolling`` uses lm-eval's disjoint rolling windows. ``generate_until``
+runs Scorer.generate in rounds (32 new tokens, then doubling) and stops a prompt once its text holds a
+stop sequence or EOS. ``batch_size`` is per device of the mesh's 'data' axis. In a multi-process JAX job
+every process answers every request (lm-eval sees one rank), as every lmprobe front end does.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+try:
+    import lm_eval.models  # noqa: F401  lm-eval's own backends first: it loads them only into an empty registry
+    from lm_eval import utils as lm_eval_utils
+    from lm_eval.api.model import TemplateLM
+    from lm_eval.api.registry import register_model
+    from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text
+except ImportError as e:  # lm-eval is an optional extra
+    raise ImportError('lmprobe.integrations.lm_eval needs lm-evaluation-harness: pip install "lmprobe[lm_eval]"') from e
+
+import kernels
+from lmprobe import log
+from lmprobe.engine import Scorer
+from lmprobe.engine.batching import restore
+from lmprobe.engine.packing import PADDING, PREFIX, padded, visibility
+from lmprobe.errors import LmprobeError
+
+_log = log.get(__name__)
+_HEAD_CHUNK = 32  # scored slots per LM-head slice
+FIRST_ROUND = 32  # new tokens in generate_until's first round; each later round doubles
+IGNORED_ARGS = ("device", "max_batch_size")  # lm-eval passes these to every backend; JAX picks devices
+
+
+def score_continuations(scorer: Scorer, pairs, max_length: int) -> list[tuple[float, bool]]:
+    """(ln p(continuation | context), whether greedy decoding yields the continuation) for (context ids,
+    continuation ids) pairs, as lm-eval's HF backend computes them: context + continuation cut on the left
+    to ``max_length`` + 1 tokens. Continuations of one context share packed rows of at most ``max_length``
+    tokens; the LM head runs only at the slots that predict a continuation token."""
+    scorer._require_decoder("lm-eval's loglikelihood")
+    groups, keys = {}, []
+    for context, continuation in pairs:
+        if len(continuation) > max_length:
+            raise LmprobeError(f"a continuation of {len(continuation)} tokens does not fit the context of "
+                               f"{max_length}: shorten the task's targets or raise max_length")
+        whole = (list(context) + list(continuation))[-(max_length + 1):]
+        key = (tuple(whole[:len(whole) - len(continuation)]), tuple(continuation))
+        groups.setdefault(key[0], {})[key[1]] = None  # distinct continuations, in order
+        keys.append(key)
+    rows, segments, positions, targets, starts, where = [], [], [], [], [], {}
+
+    def add_row(context, continuations):
+        start = len(context) - 1  # the context's last token opens every segment: one target per slot
+        ids, seg, pos, tgt = list(context[:-1]), [PREFIX] * start, list(range(start)), []
+        for segment, cont in enumerate(continuations, 1):
+            where[context, cont] = (len(rows), len(tgt), len(cont))
+            ids += [context[-1], *cont[:-1]]
+            seg += [segment] * len(cont)
+            pos += range(start, start + len(cont))
+            tgt += cont
+        rows.append(ids), segments.append(np.asarray(seg, np.int32)), positions.append(np.asarray(pos, np.int32))
+        targets.append(np.asarray(tgt, np.int32)), starts.append(start)
+
+    for context, continuations in groups.items():  # as many continuations per row as fit max_length
+        row, size = [], len(context) - 1
+        for cont in filter(None, continuations):
+            if row and size + len(cont) > max_length:
+                add_row(context, row)
+                row, size = [], len(context) - 1
+            row.append(cont)
+            size += len(cont)
+        if row:
+            add_row(context, row)
+    per_row = []
+    if rows:
+        packed_step = scorer._jit("lm_eval_packed", _packed_scores)
+        causal_step = scorer._jit("lm_eval_causal", _causal_scores)  # rows of one continuation: no [T, T] mask
+
+        def call(batch):
+            width = 1 << max(0, (max(len(targets[i]) for i in batch.indices) - 1).bit_length())  # few shapes
+            gather = np.zeros((batch.shape[0], width), np.int32)
+            for r, i in enumerate(batch.indices):
+                gather[r] = np.minimum(starts[i] + np.arange(width), batch.shape[1] - 1)
+            scored = (gather, padded(targets, batch.indices, gather.shape, 0))
+            if all(segments[i].max(initial=0) <= 1 for i in batch.indices):
+                return causal_step, scorer._put(batch.ids, batch.mask, *scored)
+            return packed_step, scorer._put(batch.ids, padded(segments, batch.indices, batch.shape, PADDING),
+                                            padded(positions, batch.indices, batch.shape, 0), *scored)
+
+        batches = scorer._batches(rows, max_length=max_length)
+        outputs = scorer._run(lambda step, arrays: step(*arrays), map(call, batches))
+        per_row = restore(batches, [list(zip(*out)) for out in outputs], len(rows))
+    results = []
+    for context, cont in keys:
+        if not cont:
+            results.append((0.0, True))
+            continue
+        row, offset, n = where[context, cont]
+        logprobs, greedy = per_row[row]
+        results.append((float(logprobs[offset:offset + n].sum()), bool(greedy[offset:offset + n].all())))
+    return results
+
+
+def _packed_scores(model, ids, segments, positions, gather, targets):
+    h = model(ids, visibility(segments), positions=positions, compute_logits=False).last_hidden_state
+    return _scores_at(model, h, gather, targets)
+
+
+def _causal_scores(model, ids, mask, gather, targets):
+    return _scores_at(model, model(ids, mask, compute_logits=False).last_hidden_state, gather, targets)
+
+
+def _scores_at(model, h, gather, targets):
+    """ln p(target) and whether it is the argmax, [B, W], at slots ``gather`` [B, W] of hidden states ``h``."""
+    h = jnp.take_along_axis(h, gather[..., None], axis=1)
+    b, w, d = h.shape
+    chunk = min(w, _HEAD_CHUNK)  # w is a power of two
+
+    def head(x):
+        logits = model.logits(x[0])
+        return kernels.token_log_probs(logits, x[1]), jnp.argmax(logits, axis=-1) == x[1]
+
+    sliced = (h.reshape(b, w // chunk, chunk, d).swapaxes(0, 1), targets.reshape(b, w // chunk, chunk).swapaxes(0, 1))
+    logprobs, greedy = jax.lax.map(head, sliced)
+    return logprobs.swapaxes(0, 1).reshape(b, w), greedy.swapaxes(0, 1).reshape(b, w)
+
+
+@register_model("lmprobe")
+class LmprobeLM(TemplateLM):
+    """lm-eval's model API on an lmprobe Scorer.
+
+    model_args: ``pretrained`` (anything lmprobe loads: alias, hub id, directory, .gguf, smollm2-135m),
+    ``dtype`` (auto | float32 | bfloat16 | float16), ``batch_size`` (sequences per device; 'auto': 16),
+    ``max_tokens`` (per device), ``model_parallel``, ``sharding`` (fsdp | tp), ``offline``, ``revision``,
+    ``allow_pickle``, ``max_length`` (context; the model's by default), ``max_gen_toks`` (256),
+    ``add_bos_token`` and ``prefix_token_id`` (as in lm-eval's hf), ``seed`` (sampled generation).
+    Or pass a ready ``scorer=``.
+    """
+
+    def __init__(self, pretrained: str = "smollm2-135m", *, scorer: Scorer | None = None, dtype: str = "auto",
+                 batch_size: int | str | None = 16, max_tokens: int | None = None, model_parallel: int = 1,
+                 sharding: str = "fsdp", offline: bool | None = None, revision: str | None = None,
+                 allow_pickle: bool = False, max_length: int | None = None, max_gen_toks: int = 256,
+                 add_bos_token: bool | None = None, prefix_token_id: int | None = None, seed: int = 0, **unknown):
+        super().__init__()
+        unknown = {k: v for k, v in unknown.items() if k not in IGNORED_ARGS}
+        if unknown:
+            raise LmprobeError(f"model_args for lmprobe: unknown {', '.join(sorted(unknown))}; known: pretrained, "
+                               "dtype, batch_size, max_tokens, model_parallel, sharding, offline, revision, "
+                               "allow_pickle, max_length, max_gen_toks, add_bos_token, prefix_token_id, seed")
+        if scorer is None:
+            per_device = 16 if batch_size is None or str(batch_size).startswith("auto") else int(batch_size)
+            scorer = Scorer.load(pretrained, dtype=dtype, model_parallel=model_parallel, strategy=sharding,
+                                 offline=offline, allow_pickle=allow_pickle, batch_size=per_device,
+                                 max_tokens=max_tokens, **({"revision": revision} if revision else {}))
+        if scorer.tokenizer is None:
+            raise LmprobeError("lm-eval sends text: the lmprobe Scorer needs a tokenizer")
+        self.scorer, self.tokenizer, self.pretrained = scorer, scorer.tokenizer, pretrained
+        self._max_length = int(max_length or scorer.max_length)
+        self._max_gen_toks, self.add_bos_token, self.seed = int(max_gen_toks), add_bos_token, seed
+        self.custom_prefix_token_id = prefix_token_id
+
+    @classmethod
+    def create_from_arg_string(cls, arg_string, additional_config=None):
+        return cls.create_from_arg_obj(lm_eval_utils.simple_parse_args_string(arg_string), additional_config)
+
+    @classmethod
+    def create_from_arg_obj(cls, arg_dict, additional_config=None):
+        """model_args win over lm-eval's --batch_size / --device defaults (the CLI always passes batch_size=1)."""
+        extra = {k: v for k, v in (additional_config or {}).items() if v is not None and k not in arg_dict}
+        return cls(**arg_dict, **extra)
+
+    # ------------------------------------------------------------------ tokens, as lm-eval's hf backend
+
+    @property
+    def eot_token_id(self) -> int:
+        return self.tokenizer.eos_token_id
+
+    @property
+    def prefix_token_id(self) -> int:
+        if self.custom_prefix_token_id is not None:
+            return self.custom_prefix_token_id
+        bos = self.tokenizer.bos_token_id
+        return self.tokenizer.eos_token_id if bos is None else bos
+
+    @property
+    def max_length(self) -> int:
+        return self._max_length
+
+    @property
+    def max_gen_toks(self) -> int:
+        return self._max_gen_toks
+
+    @property
+    def tokenizer_name(self) -> str:
+        return self.tokenizer.name_or_path.replace("/", "__")
+
+    def tok_encode(self, string: str, add_special_tokens: bool | None = None, left_truncate_len: int | None = None,
+                   **kwargs) -> list[int]:
+        if add_special_tokens is None:
+            add_special_tokens = self.add_bos_token
+            if string.startswith(self.tokenizer.decode(self.prefix_token_id)):
+                add_special_tokens = False
+        ids = self.tokenizer.encode(string, **({} if add_special_tokens is None else
+                                               {"add_special_tokens": add_special_tokens}))
+        return ids[-left_truncate_len:] if left_truncate_len else ids
+
+    def tok_decode(self, tokens, skip_special_tokens: bool = True) -> str:
+        return self.tokenizer.decode(tokens, skip_special_tokens=skip_special_tokens)
+
+    def apply_chat_template(self, chat_history, add_generation_prompt: bool = True) -> str:
+        return self.tokenizer.apply_chat_template(chat_history, tokenize=False,
+                                                  add_generation_prompt=add_generation_prompt,
+                                                  continue_final_message=not add_generation_prompt)
+
+    def get_model_info(self) -> dict:
+        """What produced the results (lm-eval adds it to results.json's config)."""
+        return {"model_backend": "lmprobe", "lmprobe_model": getattr(self.scorer, "identity", self.pretrained),
+                "mesh": dict(self.scorer.mesh.shape), "batch_size_per_device": self.scorer.batch_size}
+
+    # ------------------------------------------------------------------ requests
+
+    def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs) -> list[tuple[float, bool]]:
+        results = score_continuations(self.scorer, [(ctx, cont) for _, ctx, cont in requests], self.max_length)
+        for (key, _, _), answer in zip(requests, results):
+            if key is not None:
+                self.cache_hook.add_partial("loglikelihood", key, answer)
+        return results
+
+    def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
+        windows, owners = [], []
+        for i, (string,) in enumerate(req.args for req in requests):
+            rolling = lm_eval_utils.get_rolling_token_windows(self.tok_encode(string), self.prefix_token_id,
+                                                              self.max_length, 1)
+            for window in map(lm_eval_utils.make_disjoint_window, rolling):
+                windows.append(window)
+                owners.append(i)
+        totals = np.zeros(len(requests))
+        for i, (logprob, _) in zip(owners, score_continuations(self.scorer, windows, self.max_length)):
+            totals[i] += logprob
+        for req, total in zip(requests, totals):
+            self.cache_hook.add_partial("loglikelihood_rolling", req.args, float(total))
+        return [float(t) for t in totals]
+
+    def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
+        by_kwargs = {}  # one engine call per distinct gen_kwargs, as lm-eval's hf groups them
+        for i, req in enumerate(requests):
+            by_kwargs.setdefault(json.dumps(req.args[1], sort_keys=True, default=str), []).append(i)
+        eos = self.tok_decode([self.eot_token_id], skip_special_tokens=False)
+        results = [""] * len(requests)
+        for indices in by_kwargs.values():
+            kwargs = normalize_gen_kwargs(requests[indices[0]].args[1], self.max_gen_toks)
+            until = handle_stop_sequences(kwargs.pop("until", None), eos=eos)
+            max_new = kwargs.pop("max_gen_toks")
+            if max_new >= self.max_length:
+                raise LmprobeError(f"max_gen_toks={max_new} leaves no room for a prompt in the context of "
+                                   f"{self.max_length} tokens")
+            prompts = [self._prompt_ids(requests[i].args[0], self.max_length - max_new) for i in indices]
+            for i, text in zip(indices, self._generate(prompts, until, max_new, kwargs)):
+                results[i] = postprocess_generated_text(text, until, None)
+                self.cache_hook.add_partial("generate_until", requests[i].args, results[i])
+        return results
+
+    def _prompt_ids(self, context: str, room: int) -> list[int]:
+        """Token ids of a generation prompt, as lm-eval's hf encodes a batch (BOS rule), cut to the last ``room``."""
+        bos = self.tokenizer.bos_token
+        special = False if bos and context.startswith(bos) else self.add_bos_token
+        ids = self.tokenizer(context, **({} if special is None else {"add_special_tokens": special}))["input_ids"]
+        return ids[-room:]
+
+    def _generate(self, prompts, until, max_new: int, kwargs) -> list[str]:
+        """Continuations (texts), in rounds: a prompt leaves once it emitted EOS, holds a stop sequence or
+        reached ``max_new`` tokens; the others go on from their prompt plus what they generated."""
+        temperature = float(kwargs.pop("temperature", 0.0) or 0.0)
+        temperature = temperature if kwargs.pop("do_sample", False) else 0.0
+        sampling = {"temperature": temperature, "top_p": float(kwargs.pop("top_p", None) or 1.0),
+                    "top_k": int(kwargs.pop("top_k", None) or 0)}
+        kwargs.pop("max_length", None)
+        if kwargs:
+            _log.warning("lmprobe ignores these generation kwargs: %s", ", ".join(sorted(kwargs)))
+        new = [[] for _ in prompts]
+        live, size, done, round_ = list(range(len(prompts))), min(FIRST_ROUND, max_new), 0, 0
+        while live:
+            out = self.scorer.generate([prompts[i] + new[i] for i in live], max_new_tokens=size, decode=False,
+                                       eos_id=self.eot_token_id, seed=self.seed + round_, **sampling)
+            done, round_ = done + size, round_ + 1
+            still = []
+            for i, ids in zip(live, out):
+                new[i] += ids
+                stopped = bool(ids) and ids[-1] == self.eot_token_id
+                if not (stopped or done >= max_new or any(s and s in self.tok_decode(new[i]) for s in until)):
+                    still.append(i)
+            live, size = still, min(2 * size, max_new - done)
+        return [self.tok_decode(ids) for ids in new]
+
+
+def main(argv=None) -> None:
+    """lm-eval's command line with the ``lmprobe`` model registered (same arguments as ``lm_eval``)."""
+    from lm_eval.__main__ import cli_evaluate
+
+    if argv is not None:
+        sys.argv = ["lm_eval", *argv]
+    cli_evaluate()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""lmprobe as an lm-eval backend, against lm-eval's own HF backend (``hf``) on the same weights: a tiny random
+Llama for every request type (shared contexts, left truncation, rolling windows, generation rounds and stop
+sequences), and SmolLM2-135M on the local sentiment tasks in fixtures/ (a labelled CSV)."""
+
+import copy
+import functools
+import importlib
+import pathlib
+import sys
+
+import jax
+import lm_eval
+import numpy as np
+import pytest
+import torch
+from lm_eval.api.instance import Instance
+from lm_eval.models.huggingface import HFLM
+from lm_eval.tasks import TaskManager
+
+from lmprobe.checkpoints import load
+from lmprobe.engine import Scorer, make_mesh, placement
+from lmprobe.errors import LmprobeError
+from lmprobe.integrations.lm_eval import LmprobeLM, main
+from tests.engine.conftest import tiny_llama_dir  # noqa: F401  (a fixture)
+
+FIXTURES = pathlib.Path(__file__).with_name("fixtures")
+
+
+def words(*ids) -> str:
+    return " ".join(f"w{i}" for i in ids)
+
+
+def requests(kind, *args):
+    return [Instance(kind, {}, a if isinstance(a, tuple) else (a,), i) for i, a in enumerate(args)]
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_llama_dir):  # noqa: F811
+    loaded = load(str(tiny_llama_dir))
+    ours = LmprobeLM(scorer=Scorer(loaded.model, loaded.tokenizer, batch_size=2))
+    return ours, HFLM(pretrained=str(tiny_llama_dir), device="cpu", dtype="float32", batch_size=4)
+
+
+def test_loglikelihood_matches_hf_backend(tiny):
+    ours, hf = tiny
+    context = words(5, 6, 7)
+    with torch.no_grad():
+        greedy = int(hf.model(torch.tensor([[5, 6, 7]])).logits[0, -1].argmax())
+    long_context = words(*range(3, 153))  # 150 tokens: cut on the left to the context of 128
+    reqs = requests("loglikelihood", (context, " w8"), (context, " w9 w10"), (context, f" w{greedy}"),
+                    (context + " ", "w8"), ("", words(3, 4)), (long_context, " w12 w13"), (context, " w8"))
+    got, ref = ours.loglikelihood(reqs), hf.loglikelihood(reqs)
+    np.testing.assert_allclose([g[0] for g in got], [r[0] for r in ref], atol=1e-4)
+    assert [g[1] for g in got] == [r[1] for r in ref]
+    assert got[2][1] and got[0] == got[3] == got[6]
+
+
+def test_loglikelihood_rolling_matches_hf_backend(tiny):
+    ours, hf = tiny
+    reqs = requests("loglikelihood_rolling", words(3, 4, 5), words(*range(3, 131)), words(*(list(range(3, 250)) * 2)))
+    np.testing.assert_allclose(ours.loglikelihood_rolling(reqs), hf.loglikelihood_rolling(reqs), rtol=1e-6, atol=1e-4)
+
+
+def test_generate_until_matches_hf_backend_greedy(tiny):
+    ours, hf = tiny
+    prompts = [words(5, 6, 7), words(*range(3, 203)), words(9)]  # the long one is cut to 128 - 40 tokens
+    free = hf.generate_until(requests("generate_until", *[(p, {"until": [], "max_gen_toks": 40}) for p in prompts]))
+    assert ours.generate_until(requests("generate_until", *[(p, {"until": [], "max_gen_toks": 40})
+                                                             for p in prompts])) == free  # rounds of 32, then 8
+    stop = free[0].split()[35]  # a stop sequence met in the second round
+    reqs = requests("generate_until", (prompts[0], {"until": [stop], "max_gen_toks": 40}),
+                    (prompts[2], {"until": ["w"], "max_gen_toks": 3, "do_sample": False}))
+    got = ours.generate_until(reqs)
+    assert got == hf.generate_until(reqs)
+    assert len(got[0].split()) < 36 and got[1] == ""
+    sampled = requests("generate_until", *[(p, {"until": [], "max_gen_toks": 5, "do_sample": True, "temperature": 0.8})
+                                            for p in prompts])
+    assert ours.generate_until(sampled) == ours.generate_until(sampled)  # seeded
+
+
+def test_registered_model_args_and_errors(tiny, monkeypatch):
+    ours, _ = tiny
+    assert lm_eval.api.registry.get_model("lmprobe") is LmprobeLM
+    assert lm_eval.api.registry.get_model("hf") is HFLM  # lm-eval's own backends still load
+    with pytest.raises(LmprobeError, match="unknown batchsize.*known: pretrained"):
+        LmprobeLM.create_from_arg_string("pretrained=smollm2-135m,batchsize=4")
+    # lm-eval always passes --batch_size and --device; model_args win, device is JAX's business
+    LmprobeLM.create_from_arg_obj({"scorer": ours.scorer, "batch_size": 4}, {"batch_size": 1, "device": "cuda"})
+    monkeypatch.setitem(sys.modules, "lm_eval", None)
+    monkeypatch.delitem(sys.modules, "lmprobe.integrations.lm_eval")
+    with pytest.raises(ImportError, match=r'pip install "lmprobe\[lm_eval\]"'):
+        importlib.import_module("lmprobe.integrations.lm_eval")
+
+
+def test_command_line_runs_a_local_task(tiny_llama_dir, tmp_path, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(sys, "argv", sys.argv[:1])
+    # lm-eval's own task index takes seconds to build: only the fixtures' tasks here
+    monkeypatch.setattr(lm_eval.tasks, "TaskManager", functools.partial(TaskManager, include_defaults=False))
+    main(["--model", "lmprobe", "--model_args", f"pretrained={tiny_llama_dir},batch_size=2", "--tasks",
+          "lmprobe_sentiment", "--include_path", str(FIXTURES), "--limit", "2", "--output_path", str(tmp_path)])
+    assert list(tmp_path.rglob("results_*.json"))
+
+
+def transformers_smollm2():
+    """transformers' PyTorch Llama holding the embedded GGUF's float32 weights. The weights are read by
+    lmprobe's GGUF reader (transformers' own GGUF loading takes 20 s here; tests/test_smollm2.py checks
+    the two against each other) and the tokenizer is a copy of lmprobe's, itself transformers' conversion
+    of the GGUF's vocabulary."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from lmprobe.checkpoints.embedded import embedded_path
+    from lmprobe.checkpoints.gguf_io import open_gguf
+
+    config, tensors = open_gguf(embedded_path("smollm2-135m"))
+    weights = {name: torch.tensor(tensors.read(name)) for name in tensors.names()}
+    return LlamaForCausalLM.from_pretrained(None, config=LlamaConfig(**config), state_dict=weights).eval()
+
+
+@pytest.mark.slow
+def test_smollm2_tasks_match_hf_backend():
+    """Per-request log-likelihoods within 1e-4 with the same greedy flags and accuracy; the same generations;
+    the rolling log-likelihoods (sums over 10-20 tokens, each token within ~2e-5) within 1e-5 relative."""
+    mesh = make_mesh(devices=jax.devices()[:1])  # one device: 8 virtual ones on 2 cores only add time
+    loaded = load("smollm2-135m", place=placement(mesh))
+    ours = LmprobeLM(scorer=Scorer(loaded.model, loaded.tokenizer, mesh=mesh, batch_size=16))
+    hf = HFLM(pretrained=transformers_smollm2(), tokenizer=copy.deepcopy(loaded.tokenizer), device="cpu",
+              batch_size=16)
+    manager = TaskManager(include_path=str(FIXTURES), include_defaults=False)
+    for task, limit in {"lmprobe_sentiment": 16, "lmprobe_sentiment_ppl": 4, "lmprobe_sentiment_gen": 4}.items():
+        runs = [lm_eval.simple_evaluate(model=m, tasks=[task], task_manager=manager, limit=limit, log_samples=True,
+                                        verbosity="ERROR") for m in (ours, hf)]
+        (got, ref), (got_samples, ref_samples) = [[r[key][task] for r in runs] for key in ("results", "samples")]
+        for a, b in zip(got_samples, ref_samples, strict=True):
+            if task == "lmprobe_sentiment_gen":
+                assert a["resps"] == b["resps"]
+                continue
+            (ll_a, greedy_a), (ll_b, greedy_b) = [
+                zip(*[r[0] if isinstance(r[0], tuple) else (r[0], None) for r in s["resps"]]) for s in (a, b)]
+            tolerance = {"atol": 1e-4} if task == "lmprobe_sentiment" else {"rtol": 1e-5}
+            np.testing.assert_allclose(ll_a, ll_b, **tolerance)
+            assert greedy_a == greedy_b
+        assert {k: v for k, v in got.items() if "perplexity" not in k and "bits" not in k} == \
+               {k: v for k, v in ref.items() if "perplexity" not in k and "bits" not in k}
