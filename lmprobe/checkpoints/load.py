@@ -65,10 +65,8 @@ def build(family: Family, hf_config: dict, tensors, *, dtype=jnp.float32, param_
     place = place or (lambda array, axes: jnp.asarray(array))
     for path, var in nnx.to_flat_state(state):
         key = ".".join(map(str, path))
-        if key not in family.hf_params:
-            raise AssertionError(f"{family.name}: parameter {key} has no entry in the HF name table")
         want, axes = tuple(var.get_value().shape), tuple(var.get_metadata()["axes"])
-        array = _read(family, family.hf_params[key], tensors, available, want, axes, where)
+        array = _read(family, family.hf_names(key), tensors, available, want, axes, where)
         var.set_value(place(array.astype(param_dtype), axes))
     return nnx.merge(graphdef, state), cfg
 

@@ -322,7 +322,7 @@ class _Planner:
         self.dtype = jnp.dtype(dtype)
         model = nnx.eval_shape(lambda: self.family.model(self.cfg, dtype=self.dtype, param_dtype=self.dtype,
                                                          rngs=nnx.Rngs(0)))
-        self.decoder = bool(getattr(self.family, "is_decoder", hasattr(model, "logits")))
+        self.decoder = self.family.is_decoder
         self.takes_text = getattr(self.family.model, "takes_text", True)
         self.max_length = int(getattr(model, "max_length", None)
                               or getattr(self.cfg, "max_position_embeddings", 0) or 0)

@@ -39,6 +39,7 @@ from lmprobe.engine.packing import PADDING, Packed, pack_pairs, padded, visibili
 from lmprobe.engine.plan import check_fits
 from lmprobe.engine.runtime import enable_compilation_cache, initialize_distributed, main_print, resolve_dtype
 from lmprobe.errors import LmprobeError
+from lmprobe.models import family_of
 
 POOLINGS = ("mean", "cls", "last", "first_last_avg")
 _TIME_CHUNK = 32  # positions per LM-head slice when scoring every token
@@ -96,7 +97,8 @@ class Scorer:
         self.mesh = mesh if mesh is not None else make_mesh()
         self.tokenizer = tokenizer
         self.config = model.config
-        self.is_decoder = hasattr(model, "logits")
+        self.family = family_of(model)
+        self.is_decoder = self.family.is_decoder
         self.vocab_size = model.config.vocab_size
         self.max_length = max_length or getattr(model, "max_length", model.config.max_position_embeddings)
         self.batch_size, self.max_tokens, self.buckets = batch_size, max_tokens, buckets
@@ -525,7 +527,7 @@ def pooled_embedding(model, x, mask, *, pooling, layer, continuous=False):
     kwargs = dict(inputs_embeds=x) if continuous else dict(input_ids=x)
     need_all = pooling == "first_last_avg" or layer != -1
     out = model(attention_mask=mask, output_hidden_states=need_all, **kwargs,
-                **({"compute_logits": False} if hasattr(model, "logits") else {}))
+                **({"compute_logits": False} if family_of(model).is_decoder else {}))
     if pooling == "first_last_avg":
         h = 0.5 * (out.hidden_states[1] + out.hidden_states[-1])
     else:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from lmprobe.errors import CheckpointError
+from lmprobe.errors import CheckpointError, LmprobeError
 from lmprobe.models import bert, distilbert, gpt2, gpt_neo, gpt_neox, llama, opt, vit
-from lmprobe.models.base import HF, Family, ModelOutput
+from lmprobe.models.base import HF, Family, HFNames, ModelOutput
 
 # model_type (config.json) -> family
 FAMILIES: dict[str, Family] = {
@@ -32,4 +32,13 @@ def family_for(config: dict, *, where: str = "the checkpoint") -> Family:
     return FAMILIES[model_type]
 
 
-__all__ = ["FAMILIES", "Family", "HF", "ModelOutput", "family_for"]
+def family_of(model) -> Family:
+    """The family a built model belongs to (by its class)."""
+    for family in FAMILIES.values():
+        if type(model) is family.model:
+            return family
+    raise LmprobeError(f"{type(model).__name__} is not a model of any lmprobe family: build it with "
+                       "lmprobe.checkpoints.load or a family's model class")
+
+
+__all__ = ["FAMILIES", "Family", "HF", "HFNames", "ModelOutput", "family_for", "family_of"]

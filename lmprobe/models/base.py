@@ -1,10 +1,25 @@
-"""What every model family provides: its output type, its HF name table, its registry entry."""
+"""What every model family provides: the model interfaces, its HF name table, its registry entry.
+
+Three kinds of model, each a Flax NNX module with a frozen ``config`` dataclass:
+
+- a causal LM (``Family.is_decoder``): ``embed(ids)``, ``logits(hidden)`` (fp32, called only where
+  needed) and ``model(input_ids, attention_mask, *, inputs_embeds=, positions=, cache=,
+  cache_index=, output_hidden_states=, compute_logits=) -> ModelOutput`` with a KV cache;
+- an encoder: ``embed(ids)`` and ``model(input_ids, attention_mask, *, inputs_embeds=,
+  output_hidden_states=) -> ModelOutput`` (no logits, no cache);
+- an encoder-decoder (``Family.is_encoder_decoder``): ``encode(input_ids, attention_mask, *,
+  output_hidden_states=) -> ModelOutput`` (the encoder, used for embeddings), ``decode(ids,
+  encoder_hidden, encoder_mask, attention_mask, *, cache=, cache_index=, output_hidden_states=,
+  compute_logits=) -> ModelOutput`` and ``logits(hidden)``.
+
+Those protocols are written out below (``CausalLM``, ``Encoder``, ``EncoderDecoder``).
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -48,25 +63,104 @@ class HF(NamedTuple):
 
 
 @dataclasses.dataclass(frozen=True)
+class HFNames:
+    """Our parameter paths -> their Hugging Face tensors, derived from the module names.
+
+    A parameter's HF name is ``root`` + its path, with Flax's ``kernel`` written as torch's
+    ``weight`` (transposed: torch's Linear is [out, in]; ``conv1d`` checkpoints store [in, out])
+    and ``embedding`` as ``weight``. ``renames`` lists only what differs, keyed by a prefix of our
+    path (a module or a whole parameter): a string replaces that prefix with a full HF name
+    (the stacked layers: ``{"layers": "model.layers.{i}"}``), an ``HF`` rule gives a parameter's
+    tensor outright (fused q/k/v, names outside the pattern). The longest matching key wins.
+    """
+
+    root: str
+    renames: Mapping[str, str | HF] = dataclasses.field(default_factory=dict)
+    conv1d: bool = False
+
+    def __call__(self, path: str) -> HF:
+        parts = path.split(".")
+        for n in range(len(parts), 0, -1):
+            rule = self.renames.get(".".join(parts[:n]))
+            if isinstance(rule, HF):
+                if n != len(parts):
+                    raise AssertionError(f"HF rule for {'.'.join(parts[:n])!r} names a module, not a parameter")
+                return rule
+            if rule is not None:
+                return self._leaf(rule, parts[n:])
+        return self._leaf(self.root.rstrip("."), parts)
+
+    def _leaf(self, prefix: str, rest: list[str]) -> HF:
+        *module, leaf = rest
+        transpose = leaf == "kernel" and not self.conv1d
+        leaf = {"kernel": "weight", "embedding": "weight"}.get(leaf, leaf)
+        return HF(".".join(p for p in (prefix, *module, leaf) if p), transpose=transpose)
+
+
+@dataclasses.dataclass(frozen=True)
 class Family:
     """A model family: how to read its config, build it, and name its parameters in HF files.
 
-    hf_params maps our parameter path ("layers.attn.q_proj.kernel") to its HF tensor. Tensor
+    ``hf_names`` maps our parameter path ("layers.attn.q_proj.kernel") to its HF tensor. Tensor
     names are written as in the base model class; ``base_prefix`` ("model.", "transformer.",
     ...) is what task heads (ForCausalLM, ...) put in front of them, tried when a name is absent.
+    ``is_decoder``: a causal LM (scores and generates from tokens); ``is_encoder_decoder``: an
+    encoder-decoder (T5); neither: an encoder.
     """
 
     name: str
     config_from_hf: Callable[[dict], Any]
     model: type
-    hf_params: dict[str, HF]
+    hf_names: HFNames
     base_prefix: str
     is_decoder: bool
+    is_encoder_decoder: bool = False
+
+
+class CausalLM(Protocol):
+    """A decoder-only language model (llama, gpt2, opt, ...)."""
+
+    config: Any
+
+    def embed(self, input_ids: Array) -> Array: ...
+
+    def logits(self, hidden: Array) -> Array: ...
+
+    def __call__(self, input_ids: Array | None = None, attention_mask: Array | None = None, *,
+                 inputs_embeds: Array | None = None, positions: Array | None = None,
+                 cache: LayerCache | None = None, cache_index=0, output_hidden_states: bool = False,
+                 compute_logits: bool = True) -> ModelOutput: ...
+
+
+class Encoder(Protocol):
+    """A bidirectional encoder (bert, mpnet, ...): hidden states only."""
+
+    config: Any
+
+    def embed(self, input_ids: Array) -> Array: ...
+
+    def __call__(self, input_ids: Array | None = None, attention_mask: Array | None = None, *,
+                 inputs_embeds: Array | None = None, output_hidden_states: bool = False) -> ModelOutput: ...
+
+
+class EncoderDecoder(Protocol):
+    """An encoder-decoder (T5): the encoder's states, and decoder log-likelihoods given them."""
+
+    config: Any
+
+    def encode(self, input_ids: Array, attention_mask: Array | None = None, *,
+               output_hidden_states: bool = False) -> ModelOutput: ...
+
+    def decode(self, input_ids: Array, encoder_hidden: Array, encoder_mask: Array | None,
+               attention_mask: Array | None = None, *, cache: Any = None, cache_index=0,
+               output_hidden_states: bool = False, compute_logits: bool = True) -> ModelOutput: ...
+
+    def logits(self, hidden: Array) -> Array: ...
 
 
 def run_blocks(blocks, h: Array, *, mask: Mask, positions: Array, cache: LayerCache | None,
                cache_index, output_hidden_states: bool):
-    """Apply the stacked blocks with one scan; returns (h, per-layer outputs or None, cache).
+    """Apply a decoder's stacked blocks with one scan; returns (h, per-layer outputs or None, cache).
 
     Each block is called as ``block(h, mask=, positions=, cache=, cache_index=) -> (h, cache)``.
     """
@@ -78,6 +172,19 @@ def run_blocks(blocks, h: Array, *, mask: Mask, positions: Array, cache: LayerCa
 
     h, (per_layer, new_cache) = scan_layers(blocks, step, h, cache)
     return h, per_layer, new_cache
+
+
+def run_encoder_blocks(blocks, h: Array, *, output_hidden_states: bool, **inputs):
+    """Apply an encoder's stacked blocks with one scan; returns (h, per-layer outputs or None).
+
+    Each block is called as ``block(h, **inputs) -> h`` (``inputs``: the mask, a position bias...).
+    """
+
+    def step(block, carry, _):
+        out = block(carry, **inputs)
+        return out, out if output_hidden_states else None
+
+    return scan_layers(blocks, step, h)
 
 
 def hf_hidden_states(first: Array, per_layer: Array | None, last: Array) -> Array | None:

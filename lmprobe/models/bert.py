@@ -17,7 +17,7 @@ from flax import nnx
 
 from lmprobe.errors import CheckpointError
 from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, POSITIONS
-from lmprobe.models.base import HF, Family, ModelOutput, hf_hidden_states, run_blocks
+from lmprobe.models.base import Family, HFNames, ModelOutput, hf_hidden_states, run_encoder_blocks
 from lmprobe.models.layers import (
     Embed,
     LayerNorm,
@@ -137,9 +137,9 @@ class BertLayer(nnx.Module):
         self.intermediate = BertIntermediate(cfg, **kw)
         self.output = BertOutput(cfg, cfg.intermediate_size, (MLP,), **kw)
 
-    def __call__(self, x, *, mask, positions, cache, cache_index):
+    def __call__(self, x, *, mask):
         x = self.attention(x, mask)
-        return self.output(self.intermediate(x), x), cache
+        return self.output(self.intermediate(x), x)
 
 
 class Bert(nnx.Module):
@@ -179,28 +179,17 @@ class Bert(nnx.Module):
         positions = self.default_positions(input_ids, key_mask) if positions is None else positions
         token_type_ids = jnp.zeros((b, t), jnp.int32) if token_type_ids is None else token_type_ids
         h = self.embeddings(x, token_type_ids, positions)
-        out, per_layer, _ = run_blocks(self.layer, h, mask=Mask(attention_mask),
-                                       positions=positions, cache=None, cache_index=0,
-                                       output_hidden_states=output_hidden_states)
+        out, per_layer = run_encoder_blocks(self.layer, h, mask=Mask(attention_mask),
+                                            output_hidden_states=output_hidden_states)
         return ModelOutput(out, hf_hidden_states(h, per_layer, out))
 
 
-def hf_params(prefix: str) -> dict[str, HF]:
-    """The HF name table of a BERT-layout checkpoint whose base-model tensors start with ``prefix``."""
-    e, l = prefix + "embeddings.", prefix + "encoder.layer.{i}."
-    table = {f"embeddings.{n}.embedding": HF(f"{e}{n}.weight")
-             for n in ("word_embeddings", "position_embeddings", "token_type_embeddings")}
-    table.update({f"embeddings.LayerNorm.{p}": HF(f"{e}LayerNorm.{p}") for p in ("weight", "bias")})
-    for n in ("attention.self.query", "attention.self.key", "attention.self.value",
-              "attention.output.dense", "intermediate.dense", "output.dense"):
-        table[f"layer.{n}.kernel"] = HF(f"{l}{n}.weight", transpose=True)
-        table[f"layer.{n}.bias"] = HF(f"{l}{n}.bias")
-    for n in ("attention.output.LayerNorm", "output.LayerNorm"):
-        table.update({f"layer.{n}.{p}": HF(f"{l}{n}.{p}") for p in ("weight", "bias")})
-    return table
+def hf_names(prefix: str) -> HFNames:
+    """The HF names of a BERT-layout checkpoint whose base-model tensors start with ``prefix``."""
+    return HFNames(prefix, {"layer": f"{prefix}encoder.layer.{{i}}"})
 
 
-FAMILY = Family(name="bert", config_from_hf=BertConfig.from_hf, model=Bert, hf_params=hf_params("bert."),
+FAMILY = Family(name="bert", config_from_hf=BertConfig.from_hf, model=Bert, hf_names=hf_names("bert."),
                 base_prefix="bert.", is_decoder=False)
 ROBERTA_FAMILY = Family(name="roberta", config_from_hf=functools.partial(BertConfig.from_hf, roberta=True),
-                        model=Bert, hf_params=hf_params("roberta."), base_prefix="roberta.", is_decoder=False)
+                        model=Bert, hf_names=hf_names("roberta."), base_prefix="roberta.", is_decoder=False)

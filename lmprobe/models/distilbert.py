@@ -14,7 +14,7 @@ from flax import nnx
 
 from lmprobe.errors import CheckpointError
 from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, POSITIONS
-from lmprobe.models.base import HF, Family, ModelOutput, hf_hidden_states, run_blocks
+from lmprobe.models.base import Family, HFNames, ModelOutput, hf_hidden_states, run_encoder_blocks
 from lmprobe.models.layers import (
     Embed,
     LayerNorm,
@@ -97,9 +97,9 @@ class TransformerBlock(nnx.Module):
         self.ffn = FFN(cfg, **kw)
         self.output_layer_norm = LayerNorm(cfg.dim, eps=_EPS, **kw)
 
-    def __call__(self, x, *, mask, positions, cache, cache_index):
+    def __call__(self, x, *, mask):
         x = self.sa_layer_norm(self.attention(x, mask) + x)
-        return self.output_layer_norm(self.ffn(x) + x), cache
+        return self.output_layer_norm(self.ffn(x) + x)
 
 
 class DistilBert(nnx.Module):
@@ -127,39 +127,16 @@ class DistilBert(nnx.Module):
         check_length(t, self.max_length)
         key_mask = jnp.ones((b, t), bool) if attention_mask is None else attention_mask
         h = self.embeddings(x, default_positions(key_mask) if positions is None else positions)
-        out, per_layer, _ = run_blocks(self.layer, h, mask=Mask(attention_mask),
-                                       positions=positions, cache=None, cache_index=0,
-                                       output_hidden_states=output_hidden_states)
+        out, per_layer = run_encoder_blocks(self.layer, h, mask=Mask(attention_mask),
+                                            output_hidden_states=output_hidden_states)
         return ModelOutput(out, hf_hidden_states(h, per_layer, out))
 
 
-_E, _L = "distilbert.embeddings.", "distilbert.transformer.layer.{i}."
 FAMILY = Family(
     name="distilbert",
     config_from_hf=DistilBertConfig.from_hf,
     model=DistilBert,
     base_prefix="distilbert.",
     is_decoder=False,
-    hf_params={
-        "embeddings.word_embeddings.embedding": HF(_E + "word_embeddings.weight"),
-        "embeddings.position_embeddings.embedding": HF(_E + "position_embeddings.weight"),
-        "embeddings.LayerNorm.weight": HF(_E + "LayerNorm.weight"),
-        "embeddings.LayerNorm.bias": HF(_E + "LayerNorm.bias"),
-        "layer.attention.q_lin.kernel": HF(_L + "attention.q_lin.weight", transpose=True),
-        "layer.attention.q_lin.bias": HF(_L + "attention.q_lin.bias"),
-        "layer.attention.k_lin.kernel": HF(_L + "attention.k_lin.weight", transpose=True),
-        "layer.attention.k_lin.bias": HF(_L + "attention.k_lin.bias"),
-        "layer.attention.v_lin.kernel": HF(_L + "attention.v_lin.weight", transpose=True),
-        "layer.attention.v_lin.bias": HF(_L + "attention.v_lin.bias"),
-        "layer.attention.out_lin.kernel": HF(_L + "attention.out_lin.weight", transpose=True),
-        "layer.attention.out_lin.bias": HF(_L + "attention.out_lin.bias"),
-        "layer.sa_layer_norm.weight": HF(_L + "sa_layer_norm.weight"),
-        "layer.sa_layer_norm.bias": HF(_L + "sa_layer_norm.bias"),
-        "layer.ffn.lin1.kernel": HF(_L + "ffn.lin1.weight", transpose=True),
-        "layer.ffn.lin1.bias": HF(_L + "ffn.lin1.bias"),
-        "layer.ffn.lin2.kernel": HF(_L + "ffn.lin2.weight", transpose=True),
-        "layer.ffn.lin2.bias": HF(_L + "ffn.lin2.bias"),
-        "layer.output_layer_norm.weight": HF(_L + "output_layer_norm.weight"),
-        "layer.output_layer_norm.bias": HF(_L + "output_layer_norm.bias"),
-    },
+    hf_names=HFNames("distilbert.", {"layer": "distilbert.transformer.layer.{i}"}),
 )

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, POSITIONS, VOCAB
-from lmprobe.models.base import HF, Family, ModelOutput, hf_hidden_states, mask_and_positions
+from lmprobe.models.base import HF, Family, HFNames, ModelOutput, hf_hidden_states, mask_and_positions
 from lmprobe.models.layers import (
     Embed,
     LayerNorm,
@@ -180,39 +180,18 @@ class GPT2(nnx.Module):
                            self.logits(last) if compute_logits else None, cache)
 
 
-def hf_params(attention: dict[str, HF], *, conv1d: bool) -> dict[str, HF]:
-    """The HF name table of a GPT-2-style model given its attention entries ("attn.…" paths).
-
-    ``conv1d``: the MLP weights are Conv1D ([in, out], GPT-2) rather than torch Linear (GPT-Neo).
-    """
-    layer = "transformer.h.{i}."
-    table = {
-        "wte.embedding": HF("transformer.wte.weight"),
-        "wpe.embedding": HF("transformer.wpe.weight"),
-        "ln_f.weight": HF("transformer.ln_f.weight"),
-        "ln_f.bias": HF("transformer.ln_f.bias"),
-        "lm_head.kernel": HF("lm_head.weight", transpose=True),
-    }
-    for name in ("ln_1", "ln_2"):
-        table.update({f"h.{name}.{p}": HF(f"{layer}{name}.{p}") for p in ("weight", "bias")})
-    for name in ("c_fc", "c_proj"):
-        table[f"h.mlp.{name}.kernel"] = HF(f"{layer}mlp.{name}.weight", transpose=not conv1d)
-        table[f"h.mlp.{name}.bias"] = HF(f"{layer}mlp.{name}.bias")
-    table.update({f"h.{path}": rule._replace(name=layer + rule.name) for path, rule in attention.items()})
-    return table
-
-
+_H = "transformer.h.{i}."
 FAMILY = Family(
     name="gpt2",
     config_from_hf=GPT2Config.from_hf,
     model=GPT2,
     base_prefix="transformer.",
     is_decoder=True,
-    hf_params=hf_params({
-        # Conv1D: already [in, out]; c_attn's output features are [q | k | v]
-        **{f"attn.{x}_proj.kernel": HF("attn.c_attn.weight", qkv=i) for i, x in enumerate("qkv")},
-        **{f"attn.{x}_proj.bias": HF("attn.c_attn.bias", qkv=i) for i, x in enumerate("qkv")},
-        "attn.c_proj.kernel": HF("attn.c_proj.weight"),
-        "attn.c_proj.bias": HF("attn.c_proj.bias"),
+    # Conv1D weights are already [in, out]; c_attn's output features are [q | k | v]
+    hf_names=HFNames("transformer.", {
+        "h": _H.rstrip("."),
+        **{f"h.attn.{x}_proj.kernel": HF(_H + "attn.c_attn.weight", qkv=i) for i, x in enumerate("qkv")},
+        **{f"h.attn.{x}_proj.bias": HF(_H + "attn.c_attn.bias", qkv=i) for i, x in enumerate("qkv")},
+        "lm_head.kernel": HF("lm_head.weight", transpose=True),
     }, conv1d=True),
 )

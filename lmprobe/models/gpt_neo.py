@@ -16,8 +16,8 @@ from flax import nnx
 
 from lmprobe.errors import CheckpointError
 from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS
-from lmprobe.models.base import HF, Family
-from lmprobe.models.gpt2 import GPT2, GPT2Config, attend, hf_params
+from lmprobe.models.base import Family, HFNames
+from lmprobe.models.gpt2 import GPT2, GPT2Config, attend
 from lmprobe.models.layers import Linear, update_cache
 
 
@@ -72,18 +72,13 @@ class GPTNeo(GPT2):
     attention = GPTNeoSelfAttention
 
 
-_ATTN = "attn.attention."  # HF wraps the self-attention in GPTNeoAttention
 FAMILY = Family(
     name="gpt_neo",
     config_from_hf=GPTNeoConfig.from_hf,
     model=GPTNeo,
     base_prefix="transformer.",
     is_decoder=True,
-    hf_params=hf_params({
-        "attn.q_proj.kernel": HF(_ATTN + "q_proj.weight", transpose=True),
-        "attn.k_proj.kernel": HF(_ATTN + "k_proj.weight", transpose=True),
-        "attn.v_proj.kernel": HF(_ATTN + "v_proj.weight", transpose=True),
-        "attn.out_proj.kernel": HF(_ATTN + "out_proj.weight", transpose=True),
-        "attn.out_proj.bias": HF(_ATTN + "out_proj.bias"),
-    }, conv1d=False),
+    # HF wraps the self-attention in GPTNeoAttention
+    hf_names=HFNames("transformer.", {"h": "transformer.h.{i}", "h.attn": "transformer.h.{i}.attn.attention",
+                                      "lm_head": "lm_head"}),
 )

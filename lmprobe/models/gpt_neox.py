@@ -17,6 +17,7 @@ from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, VOCAB
 from lmprobe.models.base import (
     HF,
     Family,
+    HFNames,
     ModelOutput,
     frozen,
     hf_hidden_states,
@@ -164,26 +165,15 @@ FAMILY = Family(
     model=GPTNeoX,
     base_prefix="gpt_neox.",
     is_decoder=True,
-    hf_params={
-        "embed_in.embedding": HF("gpt_neox.embed_in.weight"),
-        "layers.input_layernorm.weight": HF(_L + "input_layernorm.weight"),
-        "layers.input_layernorm.bias": HF(_L + "input_layernorm.bias"),
-        "layers.post_attention_layernorm.weight": HF(_L + "post_attention_layernorm.weight"),
-        "layers.post_attention_layernorm.bias": HF(_L + "post_attention_layernorm.bias"),
+    hf_names=HFNames("gpt_neox.", {
+        "layers": _L.rstrip("."),
+        # query_key_value's output features are laid out [heads, 3, head_dim]
         **{f"layers.attention.{x}_proj.kernel": HF(_L + "attention.query_key_value.weight", transpose=True,
                                                    qkv=i, per_head=True) for i, x in enumerate("qkv")},
         **{f"layers.attention.{x}_proj.bias": HF(_L + "attention.query_key_value.bias", qkv=i, per_head=True)
            for i, x in enumerate("qkv")},
-        "layers.attention.dense.kernel": HF(_L + "attention.dense.weight", transpose=True),
-        "layers.attention.dense.bias": HF(_L + "attention.dense.bias"),
-        "layers.mlp.dense_h_to_4h.kernel": HF(_L + "mlp.dense_h_to_4h.weight", transpose=True),
-        "layers.mlp.dense_h_to_4h.bias": HF(_L + "mlp.dense_h_to_4h.bias"),
-        "layers.mlp.dense_4h_to_h.kernel": HF(_L + "mlp.dense_4h_to_h.weight", transpose=True),
-        "layers.mlp.dense_4h_to_h.bias": HF(_L + "mlp.dense_4h_to_h.bias"),
-        "final_layer_norm.weight": HF("gpt_neox.final_layer_norm.weight"),
-        "final_layer_norm.bias": HF("gpt_neox.final_layer_norm.bias"),
         # The LM head sits outside the base model: "embed_out.weight" in checkpoints (transformers 5
         # renames it to lm_head when loading, and back when saving).
-        "embed_out.kernel": HF("embed_out.weight", transpose=True),
-    },
+        "embed_out": "embed_out",
+    }),
 )

@@ -13,8 +13,8 @@ from flax import nnx
 
 from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, VOCAB
 from lmprobe.models.base import (
-    HF,
     Family,
+    HFNames,
     ModelOutput,
     frozen,
     hf_hidden_states,
@@ -149,32 +149,11 @@ class Llama(nnx.Module):
                            self.logits(last) if compute_logits else None, cache)
 
 
-_L = "model.layers.{i}."
 FAMILY = Family(
     name="llama",
     config_from_hf=LlamaConfig.from_hf,
     model=Llama,
     base_prefix="model.",
     is_decoder=True,
-    hf_params={
-        "embed_tokens.embedding": HF("model.embed_tokens.weight"),
-        "layers.input_layernorm.weight": HF(_L + "input_layernorm.weight"),
-        "layers.self_attn.q_proj.kernel": HF(_L + "self_attn.q_proj.weight", transpose=True),
-        "layers.self_attn.q_proj.bias": HF(_L + "self_attn.q_proj.bias"),
-        "layers.self_attn.k_proj.kernel": HF(_L + "self_attn.k_proj.weight", transpose=True),
-        "layers.self_attn.k_proj.bias": HF(_L + "self_attn.k_proj.bias"),
-        "layers.self_attn.v_proj.kernel": HF(_L + "self_attn.v_proj.weight", transpose=True),
-        "layers.self_attn.v_proj.bias": HF(_L + "self_attn.v_proj.bias"),
-        "layers.self_attn.o_proj.kernel": HF(_L + "self_attn.o_proj.weight", transpose=True),
-        "layers.self_attn.o_proj.bias": HF(_L + "self_attn.o_proj.bias"),
-        "layers.post_attention_layernorm.weight": HF(_L + "post_attention_layernorm.weight"),
-        "layers.mlp.gate_proj.kernel": HF(_L + "mlp.gate_proj.weight", transpose=True),
-        "layers.mlp.gate_proj.bias": HF(_L + "mlp.gate_proj.bias"),
-        "layers.mlp.up_proj.kernel": HF(_L + "mlp.up_proj.weight", transpose=True),
-        "layers.mlp.up_proj.bias": HF(_L + "mlp.up_proj.bias"),
-        "layers.mlp.down_proj.kernel": HF(_L + "mlp.down_proj.weight", transpose=True),
-        "layers.mlp.down_proj.bias": HF(_L + "mlp.down_proj.bias"),
-        "norm.weight": HF("model.norm.weight"),
-        "lm_head.kernel": HF("lm_head.weight", transpose=True),
-    },
+    hf_names=HFNames("model.", {"layers": "model.layers.{i}", "lm_head": "lm_head"}),
 )

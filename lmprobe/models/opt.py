@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, POSITIONS, VOCAB
-from lmprobe.models.base import HF, Family, ModelOutput, hf_hidden_states, mask_and_positions, run_blocks
+from lmprobe.models.base import Family, HFNames, ModelOutput, hf_hidden_states, mask_and_positions, run_blocks
 from lmprobe.models.layers import (
     Embed,
     LayerNorm,
@@ -165,37 +165,11 @@ class OPT(nnx.Module):
                            self.logits(last) if compute_logits else None, cache)
 
 
-_D = "model.decoder."
-_L = _D + "layers.{i}."
 FAMILY = Family(
     name="opt",
     config_from_hf=OPTConfig.from_hf,
     model=OPT,
     base_prefix="model.",
     is_decoder=True,
-    hf_params={
-        "embed_tokens.embedding": HF(_D + "embed_tokens.weight"),
-        "embed_positions.embedding": HF(_D + "embed_positions.weight"),
-        "project_in.kernel": HF(_D + "project_in.weight", transpose=True),
-        "project_out.kernel": HF(_D + "project_out.weight", transpose=True),
-        "layers.self_attn.q_proj.kernel": HF(_L + "self_attn.q_proj.weight", transpose=True),
-        "layers.self_attn.q_proj.bias": HF(_L + "self_attn.q_proj.bias"),
-        "layers.self_attn.k_proj.kernel": HF(_L + "self_attn.k_proj.weight", transpose=True),
-        "layers.self_attn.k_proj.bias": HF(_L + "self_attn.k_proj.bias"),
-        "layers.self_attn.v_proj.kernel": HF(_L + "self_attn.v_proj.weight", transpose=True),
-        "layers.self_attn.v_proj.bias": HF(_L + "self_attn.v_proj.bias"),
-        "layers.self_attn.out_proj.kernel": HF(_L + "self_attn.out_proj.weight", transpose=True),
-        "layers.self_attn.out_proj.bias": HF(_L + "self_attn.out_proj.bias"),
-        "layers.self_attn_layer_norm.weight": HF(_L + "self_attn_layer_norm.weight"),
-        "layers.self_attn_layer_norm.bias": HF(_L + "self_attn_layer_norm.bias"),
-        "layers.fc1.kernel": HF(_L + "fc1.weight", transpose=True),
-        "layers.fc1.bias": HF(_L + "fc1.bias"),
-        "layers.fc2.kernel": HF(_L + "fc2.weight", transpose=True),
-        "layers.fc2.bias": HF(_L + "fc2.bias"),
-        "layers.final_layer_norm.weight": HF(_L + "final_layer_norm.weight"),
-        "layers.final_layer_norm.bias": HF(_L + "final_layer_norm.bias"),
-        "final_layer_norm.weight": HF(_D + "final_layer_norm.weight"),
-        "final_layer_norm.bias": HF(_D + "final_layer_norm.bias"),
-        "lm_head.kernel": HF("lm_head.weight", transpose=True),
-    },
+    hf_names=HFNames("model.decoder.", {"layers": "model.decoder.layers.{i}", "lm_head": "lm_head"}),
 )

@@ -22,7 +22,7 @@ from flax import nnx
 
 from lmprobe.errors import CheckpointError, LmprobeError
 from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, POSITIONS
-from lmprobe.models.base import HF, Family, ModelOutput, run_blocks
+from lmprobe.models.base import Family, HFNames, ModelOutput, run_encoder_blocks
 from lmprobe.models.layers import LayerNorm, Linear, Mask, activation, attention, param, stacked
 
 PREPROCESSOR_CONFIG = "preprocessor_config.json"
@@ -143,9 +143,9 @@ class ViTLayer(nnx.Module):
         self.layernorm_after = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, **kw)
         self.mlp = ViTMLP(cfg, **kw)
 
-    def __call__(self, x, *, mask, positions, cache, cache_index):
+    def __call__(self, x, *, mask):
         x = x + self.attention(self.layernorm_before(x), mask)
-        return x + self.mlp(self.layernorm_after(x)), cache
+        return x + self.mlp(self.layernorm_after(x))
 
 
 class ViTPooler(nnx.Module):
@@ -206,8 +206,7 @@ class ViT(nnx.Module):
     def __call__(self, pixel_values, output_hidden_states=False):
         self.check_pixels(pixel_values.shape)
         h = self.embeddings(pixel_values)
-        out, per_layer, _ = run_blocks(self.layers, h, mask=Mask(None), positions=None, cache=None,
-                                       cache_index=0, output_hidden_states=output_hidden_states)
+        out, per_layer = run_encoder_blocks(self.layers, h, mask=Mask(None), output_hidden_states=output_hidden_states)
         hidden = None if per_layer is None else jnp.concatenate([h[None], per_layer], axis=0)
         return ModelOutput(self.layernorm(out), hidden)
 
@@ -247,35 +246,23 @@ def image_normalization(location: str, num_channels: int = 3) -> tuple[np.ndarra
     return per_channel("image_mean", DEFAULT_MEAN), per_channel("image_std", DEFAULT_STD)
 
 
-_L = "vit.encoder.layer.{i}."
-_LINEARS = {  # our path -> HF name of the torch Linear
-    "layers.attention.q_proj": _L + "attention.attention.query",
-    "layers.attention.k_proj": _L + "attention.attention.key",
-    "layers.attention.v_proj": _L + "attention.attention.value",
-    "layers.attention.o_proj": _L + "attention.output.dense",
-    "layers.mlp.fc1": _L + "intermediate.dense",
-    "layers.mlp.fc2": _L + "output.dense",
-    "pooler.dense": "vit.pooler.dense",
-}
-_NORMS = {"layers.layernorm_before": _L + "layernorm_before", "layers.layernorm_after": _L + "layernorm_after",
-          "layernorm": "vit.layernorm"}
-
 # Tensor names as saved (checkpoint layout: encoder.layer.N.attention.attention.query, ...);
 # transformers 5 renames them to its module names on load.
+_L = "vit.encoder.layer.{i}."
 FAMILY = Family(
     name="vit",
     config_from_hf=ViTConfig.from_hf,
     model=ViT,
     base_prefix="vit.",
     is_decoder=False,
-    hf_params={
-        "embeddings.cls_token": HF("vit.embeddings.cls_token"),
-        "embeddings.position_embeddings": HF("vit.embeddings.position_embeddings"),
-        "embeddings.patch_embeddings.kernel": HF("vit.embeddings.patch_embeddings.projection.weight",
-                                                 transpose=True),
-        "embeddings.patch_embeddings.bias": HF("vit.embeddings.patch_embeddings.projection.bias"),
-        **{f"{ours}.kernel": HF(f"{hf}.weight", transpose=True) for ours, hf in _LINEARS.items()},
-        **{f"{ours}.bias": HF(f"{hf}.bias") for ours, hf in _LINEARS.items()},
-        **{f"{ours}.{p}": HF(f"{hf}.{p}") for ours, hf in _NORMS.items() for p in ("weight", "bias")},
-    },
+    hf_names=HFNames("vit.", {
+        "embeddings.patch_embeddings": "vit.embeddings.patch_embeddings.projection",
+        "layers": _L.rstrip("."),
+        "layers.attention.q_proj": _L + "attention.attention.query",
+        "layers.attention.k_proj": _L + "attention.attention.key",
+        "layers.attention.v_proj": _L + "attention.attention.value",
+        "layers.attention.o_proj": _L + "attention.output.dense",
+        "layers.mlp.fc1": _L + "intermediate.dense",
+        "layers.mlp.fc2": _L + "output.dense",
+    }),
 )
