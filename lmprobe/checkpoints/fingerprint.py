@@ -19,6 +19,7 @@ import re
 from lmprobe.checkpoints import pickle_io
 from lmprobe.checkpoints.base import read_weight_map
 from lmprobe.checkpoints.embedded import EMBEDDED
+from lmprobe.checkpoints.ladder import ASSETS
 from lmprobe.checkpoints.tokenizer import TOKENIZER_FILES
 
 _EDGE = 1 << 20  # bytes hashed at each end of a weight file
@@ -39,6 +40,9 @@ def identity(checkpoint) -> dict:
     embedded = EMBEDDED.get(str(checkpoint.name).lower())
     if embedded is not None:
         info.update(source="embedded", package=embedded[1])
+    ladder = ASSETS.get(str(checkpoint.name).lower())
+    if ladder is not None:
+        info.update(source="ladder", packages=list(ladder.requirements), pinned_sha256=ladder.sha256)
     hub = hub_snapshot(location)
     if hub is not None:
         info.update(source="hub", **hub)

@@ -1,8 +1,9 @@
 """Turn a model argument into a Checkpoint: config, lazily read tensors and a tokenizer.
 
 Accepted, in this order: an existing path (Hugging Face directory or .gguf file), an embedded
-model name (smollm2-135m, minilm-l6), an alias (aliases.py), a hub id 'org/name' (local hub
-cache first; downloaded only when online).
+model name (smollm2-135m, minilm-l6), a ladder model (ladder.py: gemma3-270m, ..., installed by
+`python -m experiments.assets`), an alias (aliases.py), a hub id 'org/name' (local hub cache
+first; downloaded only when online).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from lmprobe.checkpoints import aliases, hub, pickle_io, safetensors_io
 from lmprobe.checkpoints.base import TensorSource, listing, read_json
 from lmprobe.checkpoints.embedded import EMBEDDED, embedded_path
 from lmprobe.checkpoints.gguf_io import open_gguf
+from lmprobe.checkpoints.ladder import ASSETS as LADDER
+from lmprobe.checkpoints.ladder import ladder_path
 from lmprobe.checkpoints.tokenizer import directory_tokenizer, gguf_tokenizer
 from lmprobe.errors import CheckpointError
 
@@ -30,7 +33,7 @@ SAFETENSORS_FILE = "model.safetensors"
 HOW_TO = (
     "give a local directory (config.json + model.safetensors), a .gguf file, a Hugging Face hub "
     "id (org/name), or one of lmprobe's model names (lmprobe/checkpoints/aliases.py, plus "
-    f"{', '.join(EMBEDDED)})"
+    f"{', '.join(EMBEDDED)}; the ladder {', '.join(LADDER)} after `python -m experiments.assets --install ladder`)"
 )
 
 
@@ -57,7 +60,7 @@ def resolve(
     """Find and open a checkpoint; CheckpointError with one clear message if that fails."""
     model = os.fspath(model)
     path = os.path.expanduser(model)
-    local = path if os.path.exists(path) else embedded_path(model)
+    local = path if os.path.exists(path) else embedded_path(model) or ladder_path(model)
     if local is not None:
         if revision is not None:
             raise CheckpointError(
@@ -87,7 +90,7 @@ def _looks_like_path(model: str) -> bool:
 
 
 def _unknown(model: str) -> CheckpointError:
-    known = [*aliases.ALIASES, *EMBEDDED]
+    known = [*aliases.ALIASES, *EMBEDDED, *LADDER]
     close = difflib.get_close_matches(model.lower(), known, n=3, cutoff=0.6)
     hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     return CheckpointError(f"unknown model '{model}': {HOW_TO}{hint}")

