@@ -28,6 +28,15 @@ ALIASES: dict[str, str] = {
     "distilbert": "distilbert/distilbert-base-uncased",
     "distilbert-base-uncased": "distilbert/distilbert-base-uncased",
     "smollm2-135m-hf": "HuggingFaceTB/SmolLM2-135M",
+    "gpt-j-6b": "EleutherAI/gpt-j-6b",
+    **_family("mosaicml", ["mpt-7b", "mpt-7b-instruct", "mpt-30b"]),
+    **_family("google", [f"flan-t5-{s}" for s in ["small", "base", "large", "xl", "xxl"]]),
+    **_family("google-t5", [f"t5-{s}" for s in ["small", "base", "large", "3b", "11b"]]),
+    **_family("google", [f"t5-v1_1-{s}" for s in ["small", "base", "large", "xl", "xxl"]]),
+    **{f"qwen2.5-{s.lower()}": f"Qwen/Qwen2.5-{s}" for s in ["0.5B", "1.5B", "3B", "7B", "14B", "32B", "72B"]},
+    **_family("google", ["gemma-3-270m", "gemma-3-1b-pt"]),
+    "all-mpnet-base-v2": "sentence-transformers/all-mpnet-base-v2",
+    "nomic-embed-text-v1.5": "nomic-ai/nomic-embed-text-v1.5",
     "all-minilm-l6-v2": "sentence-transformers/all-MiniLM-L6-v2",
 }
 

@@ -3,7 +3,22 @@
 from __future__ import annotations
 
 from lmprobe.errors import CheckpointError, LmprobeError
-from lmprobe.models import bert, distilbert, gpt2, gpt_neo, gpt_neox, llama, opt, vit
+from lmprobe.models import (
+    bert,
+    distilbert,
+    gemma3,
+    gpt2,
+    gpt_neo,
+    gpt_neox,
+    gptj,
+    llama,
+    mpnet,
+    mpt,
+    nomic_bert,
+    opt,
+    t5,
+    vit,
+)
 from lmprobe.models.base import HF, Family, HFNames, ModelOutput
 
 # model_type (config.json) -> family
@@ -14,10 +29,17 @@ FAMILIES: dict[str, Family] = {
     "gpt2": gpt2.FAMILY,
     "gpt_neo": gpt_neo.FAMILY,
     "gpt_neox": gpt_neox.FAMILY,
+    "gptj": gptj.FAMILY,
+    "mpt": mpt.FAMILY,
     "opt": opt.FAMILY,
     "llama": llama.FAMILY,
     "mistral": llama.FAMILY,
+    "qwen2": llama.FAMILY,
+    "gemma3_text": gemma3.FAMILY,
     "vit": vit.FAMILY,
+    "mpnet": mpnet.FAMILY,
+    "nomic_bert": nomic_bert.FAMILY,
+    "t5": t5.FAMILY,
 }
 
 

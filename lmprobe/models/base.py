@@ -159,18 +159,22 @@ class EncoderDecoder(Protocol):
 
 
 def run_blocks(blocks, h: Array, *, mask: Mask, positions: Array, cache: LayerCache | None,
-               cache_index, output_hidden_states: bool):
+               cache_index, output_hidden_states: bool, layer_inputs=None):
     """Apply a decoder's stacked blocks with one scan; returns (h, per-layer outputs or None, cache).
 
-    Each block is called as ``block(h, mask=, positions=, cache=, cache_index=) -> (h, cache)``.
+    Each block is called as ``block(h, mask=, positions=, cache=, cache_index=) -> (h, cache)``, plus
+    ``layer=`` its slice of ``layer_inputs`` (arrays with a leading layer axis: a layer's attention
+    window, its rope table) when given.
     """
 
-    def step(block, carry, layer_cache):
+    def step(block, carry, inputs):
+        layer_cache, layer = inputs
+        extra = {} if layer_inputs is None else {"layer": layer}
         out, new_cache = block(carry, mask=mask, positions=positions, cache=layer_cache,
-                               cache_index=cache_index)
+                               cache_index=cache_index, **extra)
         return out, (out if output_hidden_states else None, new_cache)
 
-    h, (per_layer, new_cache) = scan_layers(blocks, step, h, cache)
+    h, (per_layer, new_cache) = scan_layers(blocks, step, h, (cache, layer_inputs))
     return h, per_layer, new_cache
 
 

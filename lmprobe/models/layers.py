@@ -79,15 +79,22 @@ def lm_logits(hidden: Array, embed: Embed, head: Linear | None) -> Array:
 
 
 class RMSNorm(nnx.Module):
-    """x / rms(x) * weight, in fp32 (Llama)."""
+    """x / rms(x) * weight, in fp32 (Llama).
 
-    def __init__(self, dim, *, eps, dtype, param_dtype, rngs):
-        self.weight = nnx.Param(jnp.ones((dim,), param_dtype), axes=(EMBED,))
-        self.eps, self.dtype = eps, dtype
+    ``unit_offset`` (Gemma): x / rms(x) * (1 + weight), the product taken in fp32 before the cast;
+    ``axes``: the weight's logical axis (HEAD_DIM for a per-head q/k norm).
+    """
+
+    def __init__(self, dim, *, eps, dtype, param_dtype, rngs, unit_offset=False, axes=(EMBED,)):
+        init = jnp.zeros if unit_offset else jnp.ones
+        self.weight = nnx.Param(init((dim,), param_dtype), axes=tuple(axes))
+        self.eps, self.dtype, self.unit_offset = eps, dtype, unit_offset
 
     def __call__(self, x: Array) -> Array:
         x32 = x.astype(jnp.float32)
         x32 = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        if self.unit_offset:
+            return (x32 * (1.0 + self.weight[...].astype(jnp.float32))).astype(self.dtype)
         return self.weight[...].astype(self.dtype) * x32.astype(self.dtype)
 
 
@@ -184,15 +191,20 @@ def rope_inv_freq(rotary_dim: int, theta: float, scaling=None) -> tuple[float, .
                           "(supported: default, linear, llama3)")
 
 
-def apply_rope(x: Array, positions: Array, inv_freq: tuple[float, ...]) -> Array:
-    """Rotate the first 2*len(inv_freq) dims of x [B, T, H, D] by HF's rotate_half convention."""
+def apply_rope(x: Array, positions: Array, inv_freq: tuple[float, ...], *, interleaved: bool = False) -> Array:
+    """Rotate the first 2*len(inv_freq) dims of x [B, T, H, D] by HF's rotate_half convention, or,
+    ``interleaved``, GPT-J's rotate_every_two (frequency i rotates the pair of dims 2i, 2i+1)."""
     rot = 2 * len(inv_freq)
     angles = positions[..., None].astype(jnp.float32) * jnp.asarray(inv_freq, jnp.float32)  # [B, T, rot/2]
-    angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]
-    cos, sin = jnp.cos(angles), jnp.sin(angles)
     xr, xpass = x[..., :rot].astype(jnp.float32), x[..., rot:]
-    half = rot // 2
-    rotated = jnp.concatenate([-xr[..., half:], xr[..., :half]], axis=-1)
+    if interleaved:
+        angles = jnp.repeat(angles, 2, axis=-1)[:, :, None, :]
+        rotated = jnp.stack([-xr[..., 1::2], xr[..., ::2]], axis=-1).reshape(xr.shape)
+    else:
+        angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]
+        half = rot // 2
+        rotated = jnp.concatenate([-xr[..., half:], xr[..., :half]], axis=-1)
+    cos, sin = jnp.cos(angles), jnp.sin(angles)
     out = (xr * cos + rotated * sin).astype(x.dtype)
     return jnp.concatenate([out, xpass], axis=-1) if xpass.shape[-1] else out
 
@@ -263,7 +275,8 @@ def _visible(mask: Mask, t: int, s: int, window: int | None) -> Array:
     return allowed
 
 
-def attention(q: Array, k: Array, v: Array, mask: Mask, *, scale: float, window: int | None = None) -> Array:
+def attention(q: Array, k: Array, v: Array, mask: Mask, *, scale: float, window: int | None = None,
+              bias: Array | None = None) -> Array:
     """softmax(scale * q.k) v over the keys ``mask`` lets each query see (jax.nn.dot_product_attention).
 
     q [B, T, N, D]; k, v [B, S, K, D], N a multiple of K (grouped-query heads, natively); returns
@@ -273,11 +286,12 @@ def attention(q: Array, k: Array, v: Array, mask: Mask, *, scale: float, window:
     boolean with is_causal / local_window_size when queries and keys are the same slots (``keys``
     [B, S] or None, no cache offset, T == S); otherwise (decoding, packed rows) as one boolean
     [B, 1, T, S]. No float bias is built here (cuDNN turns a boolean mask into one, in the compute
-    dtype).
+    dtype). ``bias``: an fp32 score bias [B or 1, N or 1, T, S] added after scaling (ALiBi); it
+    takes the 'xla' implementation, which adds it to fp32 scores.
     """
     t, s = q.shape[1], k.shape[1]
     k, v = k.astype(q.dtype), v.astype(q.dtype)
-    impl = attention_implementation(q.dtype, q.shape[-1], t)
+    impl = "xla" if bias is not None else attention_implementation(q.dtype, q.shape[-1], t)
     same_slots = isinstance(mask.offset, int) and mask.offset == 0 and t == s
     if same_slots and (mask.keys is None or mask.keys.ndim == 2):
         allowed = None if mask.keys is None else mask.keys[:, None, None, :].astype(bool)
@@ -286,7 +300,7 @@ def attention(q: Array, k: Array, v: Array, mask: Mask, *, scale: float, window:
         allowed, kw = _visible(mask, t, s, window)[:, None], {}
     if impl == "cudnn" and allowed is not None:
         allowed = jnp.broadcast_to(allowed, (allowed.shape[0], 1, t, s))
-    return jax.nn.dot_product_attention(q, k, v, mask=allowed, scale=scale, implementation=impl, **kw)
+    return jax.nn.dot_product_attention(q, k, v, bias, mask=allowed, scale=scale, implementation=impl, **kw)
 
 
 def layer_attention(q, k, v, mask: Mask, *, scale: float, windows: tuple, kind) -> Array:

@@ -1,7 +1,9 @@
-"""Llama family: LLaMA, Llama-2/3, SmolLM2 and Mistral-style grouped-query attention.
+"""Llama family: LLaMA, Llama-2/3, SmolLM2, Mistral-style grouped-query attention, and Qwen2 (Qwen2.5).
 
 Mirrors transformers' modeling_llama.py: pre-norm blocks with RMSNorm, RoPE on q and k,
-SwiGLU MLP, optional tied LM head, optional sliding-window attention (Mistral).
+SwiGLU MLP, optional tied LM head, optional sliding-window attention (Mistral: every layer;
+Qwen2: the layers its ``layer_types`` name). Qwen2 (modeling_qwen2.py) is a Llama with biases on
+q/k/v only (``qkv_bias``).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import dataclasses
 import jax.numpy as jnp
 from flax import nnx
 
+from lmprobe.errors import CheckpointError
 from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, VOCAB
 from lmprobe.models.base import (
     Family,
@@ -28,7 +31,7 @@ from lmprobe.models.layers import (
     RMSNorm,
     activation,
     apply_rope,
-    attention,
+    layer_attention,
     lm_logits,
     rope_inv_freq,
     stacked,
@@ -50,15 +53,24 @@ class LlamaConfig:
     rope_scaling: tuple | None = None  # HF's rope_scaling dict as sorted (key, value) items
     max_position_embeddings: int = 2048
     tie_word_embeddings: bool = False
-    attention_bias: bool = False
+    attention_bias: bool = False  # on q, k, v and o
+    qkv_bias: bool = False  # on q, k and v only (Qwen2)
     mlp_bias: bool = False
     hidden_act: str = "silu"
     sliding_window: int | None = None
+    layer_types: tuple[str, ...] | None = None  # "full_attention" / "sliding_attention"; None: all sliding
 
     @classmethod
     def from_hf(cls, c: dict) -> LlamaConfig:
-        heads = c["num_attention_heads"]
+        heads, qwen2 = c["num_attention_heads"], c.get("model_type") == "qwen2"
         theta, scaling = hf_rope(c)
+        # As Qwen2Config: no window unless use_sliding_window; then layers from max_window_layers on.
+        window = c.get("sliding_window") if c.get("use_sliding_window", not qwen2) else None
+        types = None
+        if qwen2:
+            start = c.get("max_window_layers", 28)
+            types = hf_layer_types(c, ["sliding_attention" if window is not None and i >= start else "full_attention"
+                                       for i in range(c["num_hidden_layers"])])
         return cls(
             vocab_size=c["vocab_size"], hidden_size=c["hidden_size"],
             intermediate_size=c["intermediate_size"], num_hidden_layers=c["num_hidden_layers"],
@@ -67,27 +79,47 @@ class LlamaConfig:
             rms_norm_eps=c.get("rms_norm_eps", 1e-6), rope_theta=theta, rope_scaling=frozen(scaling),
             max_position_embeddings=c.get("max_position_embeddings", 2048),
             tie_word_embeddings=c.get("tie_word_embeddings", False),
-            attention_bias=c.get("attention_bias", False), mlp_bias=c.get("mlp_bias", False),
-            hidden_act=c.get("hidden_act", "silu"),
-            sliding_window=c.get("sliding_window") if c.get("use_sliding_window", True) else None)
+            attention_bias=c.get("attention_bias", False), qkv_bias=qwen2, mlp_bias=c.get("mlp_bias", False),
+            hidden_act=c.get("hidden_act", "silu"), sliding_window=window, layer_types=types)
+
+    def attention_windows(self) -> tuple[int | None, ...]:
+        """Each layer's sliding window; None is full causal attention."""
+        types = self.layer_types or ("sliding_attention",) * self.num_hidden_layers
+        return tuple(self.sliding_window if kind == "sliding_attention" else None for kind in types)
+
+    def window_kinds(self) -> tuple[int | None, ...]:
+        """The distinct windows; a layer's window is given to it as an index into these."""
+        return tuple(dict.fromkeys(self.attention_windows()))
+
+
+def hf_layer_types(c: dict, default: list[str]) -> tuple[str, ...]:
+    """config.json's ``layer_types`` (else ``default``), checked: one of two kinds for each layer."""
+    types = tuple(c.get("layer_types") or default)
+    if len(types) != c["num_hidden_layers"] or not set(types) <= {"full_attention", "sliding_attention"}:
+        raise CheckpointError(
+            f"layer_types {list(types)!r} in the {c.get('model_type')} config must give 'full_attention' or "
+            f"'sliding_attention' for each of its {c['num_hidden_layers']} layers; fix config.json")
+    return types
 
 
 class LlamaAttention(nnx.Module):
     def __init__(self, cfg: LlamaConfig, *, dtype, param_dtype, rngs):
         d, h, kv, hd = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        kw = dict(use_bias=cfg.attention_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.q_proj = Linear(d, (h, hd), axes=(EMBED, HEADS, HEAD_DIM), **kw)
-        self.k_proj = Linear(d, (kv, hd), axes=(EMBED, KV_HEADS, HEAD_DIM), **kw)
-        self.v_proj = Linear(d, (kv, hd), axes=(EMBED, KV_HEADS, HEAD_DIM), **kw)
-        self.o_proj = Linear((h, hd), d, axes=(HEADS, HEAD_DIM, EMBED), **kw)
-        self.scale, self.window = hd ** -0.5, cfg.sliding_window
+        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+        qkv_bias = cfg.attention_bias or cfg.qkv_bias
+        self.q_proj = Linear(d, (h, hd), axes=(EMBED, HEADS, HEAD_DIM), use_bias=qkv_bias, **kw)
+        self.k_proj = Linear(d, (kv, hd), axes=(EMBED, KV_HEADS, HEAD_DIM), use_bias=qkv_bias, **kw)
+        self.v_proj = Linear(d, (kv, hd), axes=(EMBED, KV_HEADS, HEAD_DIM), use_bias=qkv_bias, **kw)
+        self.o_proj = Linear((h, hd), d, axes=(HEADS, HEAD_DIM, EMBED), use_bias=cfg.attention_bias, **kw)
+        self.scale, self.windows = hd ** -0.5, cfg.window_kinds()
         self.inv_freq = rope_inv_freq(hd, cfg.rope_theta, cfg.rope_scaling)  # static tuple
 
-    def __call__(self, x, *, mask, positions, cache, cache_index):
+    def __call__(self, x, *, mask, positions, layer, cache, cache_index):
         q = apply_rope(self.q_proj(x), positions, self.inv_freq)
         k = apply_rope(self.k_proj(x), positions, self.inv_freq)
         k, v, cache = update_cache(cache, k, self.v_proj(x), cache_index)
-        return self.o_proj(attention(q, k, v, mask, scale=self.scale, window=self.window)), cache
+        a = layer_attention(q, k, v, mask, scale=self.scale, windows=self.windows, kind=layer)
+        return self.o_proj(a), cache
 
 
 class LlamaMLP(nnx.Module):
@@ -111,8 +143,8 @@ class LlamaBlock(nnx.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps, **kw)
         self.mlp = LlamaMLP(cfg, **kw)
 
-    def __call__(self, x, *, mask, positions, cache, cache_index):
-        a, cache = self.self_attn(self.input_layernorm(x), mask=mask, positions=positions,
+    def __call__(self, x, *, mask, positions, layer, cache, cache_index):
+        a, cache = self.self_attn(self.input_layernorm(x), mask=mask, positions=positions, layer=layer,
                                   cache=cache, cache_index=cache_index)
         x = x + a
         return x + self.mlp(self.post_attention_layernorm(x)), cache
@@ -141,9 +173,11 @@ class Llama(nnx.Module):
                  cache=None, cache_index=0, output_hidden_states=False, compute_logits=True):
         h = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
         mask, positions = mask_and_positions(h, attention_mask, positions, cache_index)
+        kinds = self.config.window_kinds()
+        windows = jnp.asarray([kinds.index(w) for w in self.config.attention_windows()])
         out, per_layer, cache = run_blocks(self.layers, h, mask=mask, positions=positions, cache=cache,
-                                           cache_index=cache_index,
-                                           output_hidden_states=output_hidden_states)
+                                           cache_index=cache_index, output_hidden_states=output_hidden_states,
+                                           layer_inputs=windows)
         last = self.norm(out)
         return ModelOutput(last, hf_hidden_states(h, per_layer, last),
                            self.logits(last) if compute_logits else None, cache)
