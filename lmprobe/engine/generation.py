@@ -4,6 +4,7 @@ One jitted program per (batch, prompt bucket, max_new_tokens): the prompt (left-
 the cache in one pass, then a while_loop decodes one token per step until every row has
 emitted EOS or max_new_tokens are out. Row i draws from key fold_in(key(seed), index[i]), its
 position in the caller's input list, so its tokens do not depend on the batch it sits in.
+``picker`` and ``decode_loop`` serve encoder-decoders too (lmprobe.engine.seq2seq).
 """
 
 from __future__ import annotations
@@ -33,11 +34,9 @@ def sample(key, logits, temperature, top_k: int, top_p):
     return ids[jax.random.categorical(key, candidates)]
 
 
-def generate(model, ids, mask, index, seed, temperature, top_p, eos, *, max_new_tokens: int,
-             top_k: int, greedy: bool, prompt_hidden: bool = False):
-    """New tokens [B, max_new_tokens] after left-padded prompts ``ids``; rows that stopped repeat
-    EOS. With ``prompt_hidden``, also the prompts' final hidden states [B, T, D]."""
-    batch, prompt = ids.shape
+def picker(index, seed, temperature, top_p, *, top_k: int, greedy: bool):
+    """``pick(logits [B, V], step) -> ids [B]``: argmax, or a draw for row i from key
+    fold_in(fold_in(key(seed), index[i]), step)."""
     row_keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(seed), i))(jnp.maximum(index, 0))
 
     def pick(logits, step):
@@ -46,25 +45,47 @@ def generate(model, ids, mask, index, seed, temperature, top_p, eos, *, max_new_
         keys = jax.vmap(lambda k: jax.random.fold_in(k, step))(row_keys)
         return jax.vmap(lambda k, l: sample(k, l, temperature, top_k, top_p))(keys, logits).astype(jnp.int32)
 
+    return pick
+
+
+def decode_loop(advance, first, state, eos, max_new_tokens: int):
+    """Tokens [B, max_new_tokens]: ``first``, then ``advance(token, state, step) -> (next token,
+    state)`` in a while_loop until every row has emitted EOS or max_new_tokens are out; rows that
+    stopped repeat EOS."""
+    batch = first.shape[0]
+    tokens = jnp.full((batch, max_new_tokens), jnp.maximum(eos, 0), jnp.int32)
+    done = jnp.zeros((batch,), bool)
+
+    def cond(loop):
+        step, _, _, done, _ = loop
+        return (step < max_new_tokens) & ~jnp.all(done)
+
+    def body(loop):
+        step, token, state, done, tokens = loop
+        tokens = tokens.at[:, step].set(jnp.where(done, tokens[:, step], token))
+        done = done | (token == eos)
+        token, state = advance(token, state, step)
+        return step + 1, token, state, done, tokens
+
+    return jax.lax.while_loop(cond, body, (jnp.int32(0), first, state, done, tokens))[-1]
+
+
+def generate(model, ids, mask, index, seed, temperature, top_p, eos, *, max_new_tokens: int,
+             top_k: int, greedy: bool, prompt_hidden: bool = False):
+    """New tokens [B, max_new_tokens] after left-padded prompts ``ids``; rows that stopped repeat
+    EOS. With ``prompt_hidden``, also the prompts' final hidden states [B, T, D]."""
+    batch, prompt = ids.shape
+    pick = picker(index, seed, temperature, top_p, top_k=top_k, greedy=greedy)
     slots = jnp.concatenate([mask, jnp.zeros((batch, max_new_tokens), mask.dtype)], axis=1)
     cache = empty_cache(model.config, batch, prompt + max_new_tokens, model.embed(ids).dtype)
     out = model(ids, slots, cache=cache, cache_index=0, compute_logits=False)
     first = pick(model.logits(out.last_hidden_state[:, -1]), 0)
-    tokens = jnp.full((batch, max_new_tokens), jnp.maximum(eos, 0), jnp.int32)
-    done = jnp.zeros((batch,), bool)
 
-    def cond(state):
-        step, _, _, _, done, _ = state
-        return (step < max_new_tokens) & ~jnp.all(done)
-
-    def body(state):
-        step, token, cache, slots, done, tokens = state
-        tokens = tokens.at[:, step].set(jnp.where(done, tokens[:, step], token))
-        done = done | (token == eos)
+    def advance(token, state, step):
+        cache, slots = state
         slots = slots.at[:, prompt + step].set(1)
         out = model(token[:, None], slots, cache=cache, cache_index=prompt + step, compute_logits=False)
-        return step + 1, pick(model.logits(out.last_hidden_state[:, 0]), step + 1), out.cache, slots, done, tokens
+        return pick(model.logits(out.last_hidden_state[:, 0]), step + 1), (out.cache, slots)
 
-    state = (jnp.int32(0), first, out.cache, slots, done, tokens)
-    tokens = jax.lax.while_loop(cond, body, state)[-1]
+    tokens = decode_loop(advance, first, (out.cache, slots), eos, max_new_tokens)
     return (tokens, out.last_hidden_state) if prompt_hidden else tokens

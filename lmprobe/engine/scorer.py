@@ -5,6 +5,7 @@
     scorer.score_pairs(a, b)                           # the same for pairs, shared prefixes once
     scorer.next_token_stats(a, a_pos, b, b_pos)        # JSD / KL / entropy / mass / top-k, on device
     scorer.embed(["Some text."], pooling="mean")       # sentence embeddings
+    scorer.score_targets(sources, targets)             # encoder-decoders: ln p(target | source)
     scorer.embed_inputs(x)                             # continuous inputs (Gaussian probing)
     scorer.generate(["Once upon"], max_new_tokens=20)  # KV-cache generation
 
@@ -16,6 +17,11 @@ padded, placed and dispatched while the device computes batch k, outputs stay on
 over 'data', and they come back to the host together at the end of the call (or in groups, when
 they would hold more than ``readback_bytes`` of device memory). ``batch_size`` and ``max_tokens``
 are per device of the 'data' axis.
+
+Encoder-decoders (T5; bodies in lmprobe.engine.seq2seq): ``embed`` pools the encoder,
+``score_targets`` scores targets given sources, ``score`` / ``score_pairs`` score each text as the
+target of an empty source (just EOS: the decoder as a language model), ``generate`` decodes from
+the encoded prompt. ``next_token_stats`` (the next token after a text) is for decoders only.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ import numpy as np
 from flax import nnx
 
 import kernels
-from lmprobe.engine import generation
+from lmprobe.engine import generation, seq2seq
 from lmprobe.engine.batching import LENGTH_BUCKETS, Batch, make_batches, restore
 from lmprobe.engine.mesh import DATA, batch_sharding, make_mesh, placement, replicated, tracing_on
 from lmprobe.engine.packing import PADDING, Packed, pack_pairs, padded, visibility
@@ -99,6 +105,7 @@ class Scorer:
         self.config = model.config
         self.family = family_of(model)
         self.is_decoder = self.family.is_decoder
+        self.is_encoder_decoder = self.family.is_encoder_decoder
         self.vocab_size = model.config.vocab_size
         self.max_length = max_length or getattr(model, "max_length", model.config.max_position_embeddings)
         self.batch_size, self.max_tokens, self.buckets = batch_size, max_tokens, buckets
@@ -236,6 +243,10 @@ class Scorer:
         return jax.device_get(outputs)
 
     def _require_decoder(self, what: str):
+        if self.is_encoder_decoder:
+            raise LmprobeError(f"{what} needs a causal language model; {type(self.model).__name__} is an "
+                               "encoder-decoder: score it with score_targets (ln p(target | source)), score "
+                               "or generate, or use a decoder checkpoint (llama, gpt2, opt, ...)")
         if not self.is_decoder:
             raise LmprobeError(f"{what} needs a causal language model; {type(self.model).__name__} "
                                "is an encoder: use a decoder checkpoint (llama, gpt2, opt, ...)")
@@ -243,7 +254,13 @@ class Scorer:
     # ------------------------------------------------------------------ scoring
 
     def score(self, inputs) -> Scores:
-        """Token log-probabilities, summed NLL and log-perplexity of each text or id list."""
+        """Token log-probabilities, summed NLL and log-perplexity of each text or id list.
+
+        An encoder-decoder scores each as the target of an empty source (EOS alone): every token
+        is predicted, the first one too."""
+        if self.is_encoder_decoder:
+            seqs = self.encode(inputs)
+            return self.score_targets([[self.config.eos_token_id]] * len(seqs), seqs)
         self._require_decoder("score")
         seqs = self.encode(inputs)
         if not seqs:
@@ -258,10 +275,15 @@ class Scorer:
 
     def score_pairs(self, a, b) -> tuple[Scores, Scores]:
         """``score(a)`` and ``score(b)`` for pairs (a[i], b[i]), each pair in one packed row: the
-        tokens they share at the start are computed once (e.g. a sentence and its negation)."""
-        self._require_decoder("score_pairs")
+        tokens they share at the start are computed once (e.g. a sentence and its negation).
+        An encoder-decoder scores them as ``score`` does, unpacked."""
         if len(a) != len(b):
             raise LmprobeError(f"score_pairs needs as many a ({len(a)}) as b ({len(b)})")
+        if self.is_encoder_decoder:
+            both, n = self.score(list(a) + list(b)), len(a)
+            return (Scores(both.token_logprobs[:n], both.nll[:n], both.num_predicted[:n]),
+                    Scores(both.token_logprobs[n:], both.nll[n:], both.num_predicted[n:]))
+        self._require_decoder("score_pairs")
         seqs = self.encode(list(a) + list(b))
         if not seqs:
             empty = Scores([], np.zeros(0), np.zeros(0, np.int64))
@@ -281,6 +303,28 @@ class Scorer:
         scores = Scores(rows, np.asarray([-r.sum() for r in rows], np.float64), np.asarray([len(r) for r in rows]))
         return (Scores(scores.token_logprobs[:n], scores.nll[:n], scores.num_predicted[:n]),
                 Scores(scores.token_logprobs[n:], scores.nll[n:], scores.num_predicted[n:]))
+
+    def score_targets(self, sources, targets) -> Scores:
+        """ln p(target | source) per target token of an encoder-decoder: token_logprobs[i][t] =
+        ln p(target_i token t | its tokens before t, source_i), every target token predicted.
+        Texts or id lists; texts get the tokenizer's special tokens (T5's </s> ends a target, as
+        lm-eval scores seq2seq continuations)."""
+        if not self.is_encoder_decoder:
+            raise LmprobeError("score_targets needs an encoder-decoder (T5); with a causal LM score the "
+                               "source followed by the target with score() and keep the target's tokens")
+        if len(sources) != len(targets):
+            raise LmprobeError(f"score_targets needs as many sources ({len(sources)}) as targets ({len(targets)})")
+        sources, targets = self.encode(list(sources)), self.encode(list(targets))
+        if not targets:
+            return Scores([], np.zeros(0), np.zeros(0, np.int64))
+        step = self._jit("score_targets", seq2seq.target_logprobs)
+        buckets = sorted({min(b, self.max_length) for b in self.buckets})
+        batches = seq2seq.pair_batches(sources, targets, buckets=buckets, batch_size=self.batch_size,
+                                       max_tokens=self.max_tokens, data_parallel=self.mesh.shape[DATA])
+        calls = (self._put(b.source_ids, b.source_mask, b.target_ids, b.target_mask) for b in batches)
+        rows = restore(batches, [[lp[r, :n] for r, n in enumerate(b.target_lengths)]
+                                 for b, lp in zip(batches, self._run(step, calls))], len(targets))
+        return Scores(rows, np.asarray([-r.sum() for r in rows], np.float64), np.asarray([len(r) for r in rows]))
 
     def _packing(self, packed: Packed, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
         """Segments and positions of a batch of packed rows (padding: PADDING, 0)."""
@@ -423,9 +467,15 @@ class Scorer:
         seeded per prompt (its index), so a prompt gets the same continuation whatever the
         batch size. Returns texts (decode=True) or id lists, without the prompt. A ``memo``
         receives the prompts' final hidden states at every position (the prefill computes them).
+
+        An encoder-decoder encodes each prompt (up to the whole context) and generates its
+        decoder's answer; it stops at the config's EOS when there is no tokenizer; a ``memo`` is
+        left as is (its states are a decoder's).
         """
-        self._require_decoder("generate")
-        room = self.max_length - max_new_tokens
+        seq2seq_model = self.is_encoder_decoder
+        if not seq2seq_model:
+            self._require_decoder("generate")
+        room = self.max_length if seq2seq_model else self.max_length - max_new_tokens
         if room < 1:
             raise LmprobeError(f"max_new_tokens={max_new_tokens} leaves no room for a prompt in the "
                                f"model's context of {self.max_length}")
@@ -434,11 +484,18 @@ class Scorer:
             return []
         if eos_id is None and self.tokenizer is not None:
             eos_id = self.tokenizer.eos_token_id
+        if eos_id is None and seq2seq_model:
+            eos_id = self.config.eos_token_id
         eos = -1 if eos_id is None else int(eos_id)
         # prompt slots + new-token slots must fit the context (learned position tables)
         batches = self._batches(seqs, left_pad=True, max_length=room)
-        step = self._jit("generate", generation.generate, max_new_tokens=max_new_tokens,
-                         top_k=top_k, greedy=temperature <= 0, prompt_hidden=memo is not None)
+        if seq2seq_model:
+            memo = None
+            step = self._jit("generate_seq2seq", seq2seq.generate, max_new_tokens=max_new_tokens, top_k=top_k,
+                             greedy=temperature <= 0)
+        else:
+            step = self._jit("generate", generation.generate, max_new_tokens=max_new_tokens,
+                             top_k=top_k, greedy=temperature <= 0, prompt_hidden=memo is not None)
         settings = (np.uint32(seed), np.float32(max(temperature, 1e-6)), np.float32(top_p), np.int32(eos))
 
         def call(batch):

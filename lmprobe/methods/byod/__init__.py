@@ -12,6 +12,10 @@ Metrics (one module per family): negation (knowledge.py, Sec. 4), toxicity (toxi
 Sec. 5), long_range (long_range.py, Sec. 6), word_order / tokenization / entropy
 (next_token.py, Secs. 7-9). ``run`` computes the chosen ones on one model, caching each under a
 directory so that a rerun resumes.
+
+An encoder-decoder (T5) runs negation (each sentence scored as the decoder's target given an
+empty source, Scorer.score) and toxicity's generation score (the answer to x'); the metrics on
+next-token distributions after a text need a causal LM and report an error naming this.
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
+from lmprobe.errors import LmprobeError
+
 CHUNK = 512  # pairs per engine call: bounds host memory, drives the progress bars; few partial batches
 BOOTSTRAP_RESAMPLES = 1000
 
@@ -115,6 +117,10 @@ def paired_stats(scorer, pairs: Sequence[tuple], progress=no_progress, desc: str
     """``scorer.next_token_stats`` over (a, a_positions, b, b_positions) pairs, per pair a dict of
     per-position arrays, in input order. Pairs go to the engine in chunks of similar position
     counts (sorted), so the positions axis of a chunk is padded little."""
+    if getattr(scorer, "is_encoder_decoder", False):
+        raise LmprobeError(f"{desc or 'this metric'} compares next-token distributions after a text, which only "
+                           "a causal LM defines; an encoder-decoder (T5) runs BYOD's negation and toxicity "
+                           "(generation) metrics: use a decoder checkpoint for the others")
     order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][1]))
     out = [None] * len(pairs)
     for _, idx in chunks(order, progress, desc):

@@ -3,7 +3,9 @@ the fair comparison of Sec. 3.3: draw N of the n*m*N generated samples, repeat, 
 
 Decoders are classified zero-shot: the label name with the highest log-probability after a
 prompt that lists the label names (icl.label_log_probs; a chat turn when the tokenizer has a
-template). Encoders have no zero-shot reading: a linear probe (ridge regression onto one-hot
+template). Encoder-decoders (Flan-T5, the paper's first target) read the label name as the
+decoder's whole answer to that prompt: ln p(name </s> | prompt) (Scorer.score_targets; lm-eval's
+seq2seq loglikelihood). Encoders have no zero-shot reading: a linear probe (ridge regression onto one-hot
 classes, closed form) is trained on frozen mean-pooled embeddings of the seed set; its seed accuracy is
 k-fold cross-validated (a probe never sees the fold it is scored on), and the generated samples
 are scored by the probe trained on every seed.
@@ -32,11 +34,21 @@ def zero_shot_prompt(tokenizer, text: str, label_names: Sequence[str]) -> str:
 
 
 def zero_shot_predictions(scorer, texts: Sequence[str], label_names: Sequence[str]) -> np.ndarray:
-    """Class index with the highest ln p(" name" | prompt), per text."""
+    """Class index with the highest ln p(" name" | prompt) (an encoder-decoder: ln p(name | prompt)
+    as its answer), per text."""
     if not len(texts):
         return np.zeros(0, np.int64)
     prompts = [zero_shot_prompt(scorer.tokenizer, t, label_names) for t in texts]
+    if getattr(scorer, "is_encoder_decoder", False):
+        return np.argmax(answer_log_probs(scorer, prompts, list(label_names)), axis=1)
     return np.argmax(icl.label_log_probs(scorer, prompts, list(label_names)), axis=1)
+
+
+def answer_log_probs(scorer, prompts: Sequence[str], answers: Sequence[str]) -> np.ndarray:
+    """[len(prompts), len(answers)]: ln p(answer | prompt) of an encoder-decoder, summed over the
+    answer's tokens (the tokenizer's special tokens included: T5's </s> ends the answer)."""
+    scores = scorer.score_targets([p for p in prompts for _ in answers], [a for _ in prompts for a in answers])
+    return -np.asarray(scores.nll).reshape(len(prompts), len(answers))
 
 
 def ridge_probe(x: np.ndarray, labels: np.ndarray, l2: float = RIDGE) -> tuple[np.ndarray, np.ndarray]:

@@ -121,11 +121,12 @@ def generate_samples(evaluator, encoder, data, config: Config, *, name: str, par
 def predictions(target, data, rows: Sequence[dict], config: Config, *, encoder_pooling: str = "mean"):
     """(predictions on the seeds, on the generated rows, how they were made)."""
     texts = [r["sample"] for r in rows]
-    if target.is_decoder:
+    if target.is_decoder or getattr(target, "is_encoder_decoder", False):
         names = config.label_names or data.label_names
+        how = " (each the decoder's answer to the prompt)" if not target.is_decoder else ""
         return (evaluate.zero_shot_predictions(target, data.texts, names),
                 evaluate.zero_shot_predictions(target, texts, names),
-                f"zero-shot label-word log-probabilities over {list(names)}")
+                f"zero-shot label-word log-probabilities over {list(names)}{how}")
     seed_z = np.asarray(target.embed(data.texts, pooling=encoder_pooling))
     other_z = np.asarray(target.embed(texts, pooling=encoder_pooling)) if texts else np.zeros((0, seed_z.shape[1]))
     seed_pred, gen_pred = evaluate.probe_predictions(seed_z, np.asarray(data.labels), other_z, seed=config.seed)
