@@ -1,5 +1,9 @@
 """Tokenizers for checkpoints: transformers' AutoTokenizer on a directory, or built from a
-GGUF file's own vocabulary (a slow conversion, cached on disk as a tokenizer.json)."""
+GGUF file's own vocabulary (a slow conversion, cached on disk as a tokenizer.json).
+
+transformers converts GGUF tokenizers of the llama (sentencepiece), gpt2 (byte-level BPE) and t5
+kinds, but not llama.cpp's BERT WordPiece vocabularies (``tokenizer.ggml.model == "bert"``, e.g.
+nomic-embed): those are rebuilt here (``bert_gguf_tokenizer``)."""
 
 from __future__ import annotations
 
@@ -59,9 +63,71 @@ def gguf_tokenizer(path: str):
     cached = os.path.join(cache_root(), "gguf-tokenizers", hashlib.sha256(key.encode()).hexdigest()[:24])
     if os.path.isfile(os.path.join(cached, "tokenizer.json")):
         return _from_pretrained(cached)
-    tokenizer = _from_pretrained(os.path.dirname(path) or ".", gguf_file=os.path.basename(path))
+    if _gguf_field(path, "tokenizer.ggml.model") == "bert":
+        tokenizer = bert_gguf_tokenizer(path)
+    else:
+        tokenizer = _from_pretrained(os.path.dirname(path) or ".", gguf_file=os.path.basename(path))
     _store(tokenizer, cached)
     return tokenizer
+
+
+def _gguf_field(path: str, key: str):
+    from lmprobe.checkpoints.gguf_io import read_header
+
+    return read_header(path)[0].get(key)
+
+
+PHANTOM_SPACE = "\u2581"
+BERT_SPECIALS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
+                 "mask_token": "[MASK]"}
+
+
+def bert_gguf_tokenizer(path: str):
+    """A BERT WordPiece tokenizer from a llama.cpp BERT-family GGUF file.
+
+    llama.cpp's converter (BertModel.set_vocab) writes WordPiece tokens in "phantom space" form:
+    a word-initial token gets a leading U+2581, a continuation token loses its "##", control tokens
+    ([CLS], [SEP], ...) stay as they are. This undoes that and rebuilds BERT's pipeline (BERT
+    normalizer, pre-tokenizer, [CLS] A [SEP] template). Lower-casing is not recorded in GGUF: it is
+    on when no ordinary token holds an upper-case letter (an uncased vocabulary).
+    """
+    import gguf
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    from lmprobe.checkpoints.gguf_io import read_header
+
+    fields, _ = read_header(path, strings={"tokenizer.ggml.tokens"})
+    if "tokenizer.ggml.tokens" not in fields:
+        raise CheckpointError(f"GGUF file '{path}' holds no vocabulary (tokenizer.ggml.tokens): load it with "
+                              "tokenizer=False, or pass the original model's tokenizer directory")
+    tokens = fields["tokenizer.ggml.tokens"]
+    types = fields.get("tokenizer.ggml.token_type", [])
+    types = list(types) + [int(gguf.TokenType.NORMAL)] * (len(tokens) - len(types))
+    vocab, ordinary = {}, []
+    for i, (token, kind) in enumerate(zip(tokens, types)):
+        if kind != gguf.TokenType.CONTROL:
+            token = token[1:] if token.startswith(PHANTOM_SPACE) else "##" + token
+            ordinary.append(token)
+        vocab.setdefault(token, i)
+    missing = [t for t in ("[UNK]", "[CLS]", "[SEP]") if t not in vocab]
+    if missing:
+        raise CheckpointError(f"GGUF file '{path}' has a BERT vocabulary without {', '.join(missing)}: lmprobe "
+                              "cannot rebuild its tokenizer; pass the original model's tokenizer directory")
+    lowercase = not any(t != t.lower() for t in ordinary)
+    backend = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
+    backend.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None,
+                                                    lowercase=lowercase)
+    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    cls, sep = vocab["[CLS]"], vocab["[SEP]"]
+    backend.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    backend.decoder = decoders.WordPiece(prefix="##")
+    context = fields.get(f"{fields.get('general.architecture')}.context_length", 512)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, **{k: v for k, v in BERT_SPECIALS.items() if v in vocab},
+        model_max_length=int(context), do_lower_case=lowercase,
+        model_input_names=["input_ids", "token_type_ids", "attention_mask"])
 
 
 def _store(tokenizer, target: str) -> None:
