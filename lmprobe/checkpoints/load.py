@@ -66,19 +66,22 @@ def build(family: Family, hf_config: dict, tensors, *, dtype=jnp.float32, param_
     for path, var in nnx.to_flat_state(state):
         key = ".".join(map(str, path))
         want, axes = tuple(var.get_value().shape), tuple(var.get_metadata()["axes"])
-        array = _read(family, family.hf_names(key), tensors, available, want, axes, where)
-        var.set_value(place(array.astype(param_dtype), axes))
+        array = _read(family, family.hf_names(key), tensors, available, want, axes, where, param_dtype)
+        var.set_value(place(array, axes))
     return nnx.merge(graphdef, state), cfg
 
 
 def _read(family: Family, rule: HF, tensors, available: set[str], want: tuple, axes: tuple,
-          where: str) -> np.ndarray:
-    """The tensor for one parameter (stacked over layers when its name has ``{i}``), checked."""
-    if "{i}" in rule.name:
-        parts = [_read_one(family, rule._replace(name=rule.name.format(i=i)), tensors, available, want[1:],
-                           axes[1:], where) for i in range(want[0])]
-        return np.stack(parts)
-    return _read_one(family, rule, tensors, available, want, axes, where)
+          where: str, dtype) -> np.ndarray:
+    """The tensor for one parameter in ``dtype`` (stacked over layers when its name has ``{i}``),
+    checked. Layers are written into one preallocated array: no second copy of a stacked weight."""
+    if "{i}" not in rule.name:
+        return _read_one(family, rule, tensors, available, want, axes, where).astype(dtype, copy=False)
+    out = np.empty(want, dtype)
+    for i in range(want[0]):
+        out[i] = _read_one(family, rule._replace(name=rule.name.format(i=i)), tensors, available, want[1:],
+                           axes[1:], where)
+    return out
 
 
 def _read_one(family, rule: HF, tensors, available, want, axes, where) -> np.ndarray:
