@@ -103,9 +103,9 @@ class Scorer:
         self.mesh = mesh if mesh is not None else make_mesh()
         self.tokenizer = tokenizer
         self.config = model.config
-        self.family = family_of(model)
-        self.is_decoder = self.family.is_decoder
-        self.is_encoder_decoder = self.family.is_encoder_decoder
+        self.family = family_of(model)  # None: a wrapped model (a task head on a body)
+        self.is_decoder = bool(self.family and self.family.is_decoder)
+        self.is_encoder_decoder = bool(self.family and self.family.is_encoder_decoder)
         self.vocab_size = model.config.vocab_size
         self.max_length = max_length or getattr(model, "max_length", model.config.max_position_embeddings)
         self.batch_size, self.max_tokens, self.buckets = batch_size, max_tokens, buckets
@@ -584,7 +584,7 @@ def pooled_embedding(model, x, mask, *, pooling, layer, continuous=False):
     kwargs = dict(inputs_embeds=x) if continuous else dict(input_ids=x)
     need_all = pooling == "first_last_avg" or layer != -1
     out = model(attention_mask=mask, output_hidden_states=need_all, **kwargs,
-                **({"compute_logits": False} if family_of(model).is_decoder else {}))
+                **({"compute_logits": False} if getattr(family_of(model), "is_decoder", False) else {}))
     if pooling == "first_last_avg":
         h = 0.5 * (out.hidden_states[1] + out.hidden_states[-1])
     else:

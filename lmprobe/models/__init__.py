@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lmprobe.errors import CheckpointError, LmprobeError
+from lmprobe.errors import CheckpointError
 from lmprobe.models import (
     bert,
     distilbert,
@@ -54,13 +54,10 @@ def family_for(config: dict, *, where: str = "the checkpoint") -> Family:
     return FAMILIES[model_type]
 
 
-def family_of(model) -> Family:
-    """The family a built model belongs to (by its class)."""
-    for family in FAMILIES.values():
-        if type(model) is family.model:
-            return family
-    raise LmprobeError(f"{type(model).__name__} is not a model of any lmprobe family: build it with "
-                       "lmprobe.checkpoints.load or a family's model class")
+def family_of(model) -> Family | None:
+    """The family a built model belongs to (by its class); None for other modules (a model wrapped
+    with a task head, such as SCoPE's classifier: neither a causal LM nor an encoder-decoder)."""
+    return next((f for f in FAMILIES.values() if type(model) is f.model), None)
 
 
 __all__ = ["FAMILIES", "Family", "HF", "HFNames", "ModelOutput", "family_for", "family_of"]

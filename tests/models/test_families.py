@@ -48,3 +48,4 @@ def test_family_of_a_built_model(model_type):
     family = FAMILIES[model_type]
     fake = object.__new__(family.model)
     assert family_of(fake).model is family.model
+    assert family_of(object()) is None
