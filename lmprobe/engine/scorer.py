@@ -582,9 +582,11 @@ def pooled_embedding(model, x, mask, *, pooling, layer, continuous=False):
     """[B, D] sentence embeddings of one padded batch (``Scorer.embed``'s body; reusable inside
     a larger jitted function, e.g. an encoder plus a classification head)."""
     kwargs = dict(inputs_embeds=x) if continuous else dict(input_ids=x)
+    family = family_of(model)
+    if family is not None and family.is_decoder:
+        kwargs["compute_logits"] = False
     need_all = pooling == "first_last_avg" or layer != -1
-    out = model(attention_mask=mask, output_hidden_states=need_all, **kwargs,
-                **({"compute_logits": False} if getattr(family_of(model), "is_decoder", False) else {}))
+    out = model(attention_mask=mask, output_hidden_states=need_all, **kwargs)
     if pooling == "first_last_avg":
         h = 0.5 * (out.hidden_states[1] + out.hidden_states[-1])
     else:

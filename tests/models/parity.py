@@ -95,3 +95,29 @@ def check_kv_cache(model, vocab_size, prompt: int = 6):
     for index in range(prompt, ids.shape[1]):
         out = step(model, ids[:, index:index + 1], out.cache, jnp.int32(index))
         np.testing.assert_allclose(np.asarray(out.logits)[:, 0], full[:, index], atol=1e-4)
+
+
+def jitted_encoder(model):
+    """An encoder's forward pass (all hidden states) under one jit: one compile per shape, shared by
+    the checks below."""
+    from flax import nnx
+
+    forward = nnx.jit(lambda m, ids, mask, embeds: m(ids, mask, inputs_embeds=embeds, output_hidden_states=True))
+    return lambda ids, mask=None, *, inputs_embeds=None, output_hidden_states=True: forward(
+        model, ids, mask, inputs_embeds)
+
+
+def check_right_padding(model, ids, mask):
+    """Hidden states at real tokens of a right-padded batch equal those of each sequence alone."""
+    padded = np.asarray(model(ids, mask).hidden_states)
+    for row, n in enumerate(mask.sum(1)):
+        alone = np.asarray(model(ids[row:row + 1, :n]).hidden_states)
+        np.testing.assert_allclose(padded[:, row, :n], alone[:, 0], atol=1e-5)
+
+
+def check_inputs_embeds(model, forward, ids, mask):
+    """``forward`` of ``model.embed(ids)`` as inputs_embeds gives the hidden states of ``ids``."""
+    from_ids = forward(ids, mask).hidden_states
+    from_embeds = forward(None, mask, inputs_embeds=model.embed(ids)).hidden_states
+    real = mask.astype(bool)
+    np.testing.assert_allclose(np.asarray(from_embeds)[:, real], np.asarray(from_ids)[:, real], atol=1e-5)

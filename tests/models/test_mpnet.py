@@ -3,14 +3,21 @@
 import numpy as np
 import pytest
 import torch
-from flax import nnx
 from transformers import MPNetConfig, MPNetForMaskedLM, MPNetModel
 from transformers.models.mpnet.modeling_mpnet import MPNetEncoder
 
 from lmprobe.checkpoints import load
 from lmprobe.errors import CheckpointError, LmprobeError
 from lmprobe.models import mpnet
-from tests.models.parity import check_left_padding, max_diffs, padded_batch, save_random
+from tests.models.parity import (
+    check_inputs_embeds,
+    check_left_padding,
+    check_right_padding,
+    jitted_encoder,
+    max_diffs,
+    padded_batch,
+    save_random,
+)
 
 # 40 positions: distances up to 37 reach the log-spaced buckets (beyond 8 slots)
 TINY = dict(vocab_size=131, hidden_size=48, intermediate_size=80, num_hidden_layers=2,
@@ -45,9 +52,6 @@ def test_mpnet_task_model_parity(tmp_path):
     assert diffs["hidden"] <= 1e-4 and diffs["last_hidden"] <= 1e-4
 
 
-_forward = nnx.jit(lambda m, ids, mask, embeds: m(ids, mask, inputs_embeds=embeds, output_hidden_states=True))
-
-
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     path = tmp_path_factory.mktemp("mpnet")
@@ -57,9 +61,7 @@ def model(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def jitted(model):
-    """The model's forward pass under one jit, shared by the tests below (one compile per shape)."""
-    return lambda ids, mask=None, *, inputs_embeds=None, output_hidden_states=True: _forward(
-        model, ids, mask, inputs_embeds)
+    return jitted_encoder(model)
 
 
 def test_left_padding_matches_unpadded(jitted):
@@ -67,19 +69,11 @@ def test_left_padding_matches_unpadded(jitted):
 
 
 def test_right_padding_matches_unpadded(jitted):
-    ids, mask = mpnet_batch()
-    padded = np.asarray(jitted(ids, mask).hidden_states)
-    for row, n in enumerate(mask.sum(1)):
-        alone = np.asarray(jitted(ids[row:row + 1, :n]).hidden_states)
-        np.testing.assert_allclose(padded[:, row, :n], alone[:, 0], atol=1e-5)
+    check_right_padding(jitted, *mpnet_batch())
 
 
 def test_inputs_embeds_match_input_ids(model, jitted):
-    ids, mask = mpnet_batch()
-    from_ids = jitted(ids, mask).hidden_states
-    from_embeds = jitted(None, mask, inputs_embeds=model.embed(ids)).hidden_states
-    real = mask.astype(bool)
-    np.testing.assert_allclose(np.asarray(from_embeds)[:, real], np.asarray(from_ids)[:, real], atol=1e-5)
+    check_inputs_embeds(model, jitted, *mpnet_batch())
 
 
 def test_too_long_input_is_refused(model):
