@@ -5,6 +5,9 @@ invariances?" of one checkpoint (SCoPE ../seeds/002 Sec. 4 compares design choic
     NAME@int8          weight matrices fake-quantized to int8: symmetric, one scale per output
                        channel (per row of embedding tables), dequantized in place
     NAME@drop-layer=K  transformer block K (0-based) removed from the stacked layers
+    NAME@noise=SIGMA   Gaussian noise on every parameter: w + SIGMA * rms(w) * N(0, 1), rms per
+                       tensor (per layer of stacked layers), seeded by the tensor's path, so the
+                       same name is the same model in every run (a ladder of known order)
 
 Variants compose left to right: "smollm2-135m@int8@drop-layer=3".
 """
@@ -12,24 +15,57 @@ Variants compose left to right: "smollm2-135m@int8@drop-layer=3".
 from __future__ import annotations
 
 import dataclasses
+import functools
+import zlib
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from lmprobe.errors import LmprobeError
-from lmprobe.models.axes import HEAD_DIM
+from lmprobe.models.axes import HEAD_DIM, LAYERS
 
-KINDS = ("bf16", "int8", "drop-layer=K")
+KINDS = ("bf16", "int8", "drop-layer=K", "noise=SIGMA")
 
 
 def split_name(name: str) -> tuple[str, list[str]]:
     """'base@v1@v2' -> ('base', ['v1', 'v2']), variants checked."""
     base, *variants = name.split("@")
     for v in variants:
-        if v not in ("bf16", "int8") and not (v.startswith("drop-layer=") and v[11:].lstrip("-").isdigit()):
+        if v not in ("bf16", "int8") and not (v.startswith("drop-layer=") and v[11:].lstrip("-").isdigit()) \
+                and not (v.startswith("noise=") and _sigma(v) is not None):
             raise LmprobeError(f"unknown model variant '@{v}' in '{name}': use one of "
                                f"{', '.join('@' + k for k in KINDS)}")
     return base, variants
+
+
+def _sigma(variant: str) -> float | None:
+    try:
+        sigma = float(variant.split("=", 1)[1])
+    except ValueError:
+        return None
+    return sigma if sigma >= 0 else None
+
+
+def add_noise(model: nnx.Module, sigma: float, seed: int = 0) -> None:
+    """w += sigma * rms(w) * N(0, 1) for every floating parameter; rms over each tensor (each layer's
+    slice of a stacked tensor), noise keyed by (seed, the parameter's path), drawn in place on the
+    parameter's sharding."""
+    for path, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+        value = var.get_value()
+        if not jnp.issubdtype(value.dtype, jnp.floating):
+            continue
+        axes = tuple(var.get_metadata().get("axes") or ())
+        stacked = axes[:1] == (LAYERS,) and value.ndim > 1
+        key = jax.random.fold_in(jax.random.key(seed), zlib.crc32("/".join(map(str, path)).encode()))
+        noisy = jax.jit(functools.partial(_noisy, stacked=stacked), out_shardings=getattr(value, "sharding", None))
+        var.set_value(noisy(value, key, jnp.float32(sigma)))
+
+
+def _noisy(value, key, sigma, *, stacked: bool):
+    x = value.astype(jnp.float32)
+    rms = jnp.sqrt(jnp.mean(jnp.square(x), axis=tuple(range(1, x.ndim)) if stacked else None, keepdims=True))
+    return (x + sigma * rms * jax.random.normal(key, x.shape, jnp.float32)).astype(value.dtype)
 
 
 def cast_bf16(model: nnx.Module) -> None:
@@ -86,6 +122,8 @@ def apply_variants(model: nnx.Module, variants: list[str]) -> nnx.Module:
             cast_bf16(model)
         elif v == "int8":
             fake_quantize_int8(model)
+        elif v.startswith("noise="):
+            add_noise(model, _sigma(v))
         else:
             model = drop_layer(model, int(v.split("=", 1)[1]))
     return model
