@@ -2,9 +2,13 @@
 meta semantic templates (evaluator LMs paraphrase, an encoder filters, parsing and refilling).
 
     python -m experiments.mstemp --model=TARGET --evaluator=NAME [--evaluator=NAME ...]
-        [--filter=minilm-l6 --dataset=offline-sentiment --n_templates=5 --m_samples=3 --tau=0.7
+        [--filter=minilm-l6 --dataset=rt-polarity --n_templates=5 --m_samples=3 --tau=0.7
          --attack=none|typo|synonym --output_dir=runs/mstemp]
     lmprobe mstemp --model=smollm2-135m --evaluator=smollm2-135m,pythia-70m --label_names=negative,positive
+
+The default seeds are rt-polarity's test split (800 Rotten Tomatoes sentences, human labels;
+install: python -m experiments.assets --install pang-lee); --dataset=offline-sentiment needs no
+install but has SILVER labels (lmprobe.data.labelled).
 
 Writes OUTPUT_DIR/results.json and OUTPUT_DIR/samples.jsonl (seed, paraphrase, similarity,
 template, filled sample, label, prediction). Paraphrases are cached under OUTPUT_DIR/cache: a
@@ -17,7 +21,7 @@ import dataclasses
 
 from experiments import cli
 from experiments.cli import load_scorer, log, main_guard, output_dir, progress, say
-from lmprobe.data.labelled import OFFLINE_DEFAULT, load_labelled
+from lmprobe.data.labelled import DEFAULT, load_labelled, named_dataset
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import mstemp
 from lmprobe.methods.mstemp import filter as semantic_filter
@@ -31,8 +35,10 @@ class FrontEnd:
     model: str = "smollm2-135m"  # target model whose accuracy drop is measured
     evaluator: tuple[str, ...] = ("smollm2-135m",)  # evaluator LMs that paraphrase the seeds
     filter: str = semantic_filter.DEFAULT_FILTER  # encoder of the semantic filter
-    dataset: str = OFFLINE_DEFAULT  # .csv/.tsv/.jsonl, tfds:glue/sst2, hf:glue:sst2:validation or offline-sentiment
-    split: str = "validation"  # split of tfds / hf datasets
+    # rt-polarity, rt-reviews, tweets-sentiment[@MIN_CONFIDENCE], offline-sentiment (silver labels), .csv/.tsv/.jsonl,
+    # tfds:glue/sst2, hf:glue:sst2:validation
+    dataset: str = DEFAULT
+    split: str | None = None  # split of named datasets (none: test) and tfds / hf ones (none: validation)
     text_column: str = "text"  # text column of the dataset
     label_column: str = "label"  # label column of the dataset
     max_examples: int | None = None  # seed examples to use (none: all)
@@ -69,7 +75,8 @@ def main(argv=None):
     config = method.make(args)
     config.check()
     data = load_labelled(args.dataset, text_column=args.text_column, label_column=args.label_column,
-                         split=args.split, max_examples=args.max_examples, seed=args.seed)
+                         split=args.split or ("test" if named_dataset(args.dataset) else "validation"),
+                         max_examples=args.max_examples, seed=args.seed)
     mstemp.check_data(data)
     if config.label_names and len(config.label_names) != len(data.label_names):
         raise LmprobeError(f"--label_names gives {len(config.label_names)} names for "

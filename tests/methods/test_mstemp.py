@@ -198,3 +198,22 @@ def test_fair_accuracy_draws_n_of_the_generated_samples():
     mean, std = fair_accuracy(correct, 10, 200, rng)
     assert mean == pytest.approx(0.5, abs=0.05) and std > 0.05  # draws of 10 vary
     assert fair_accuracy(correct[45:53], 10, 5, rng) == (pytest.approx(0.625), 0.0)  # fewer than N: all of them
+
+
+@pytest.mark.parametrize("argv, expected", [
+    ([], ("rt-polarity", "test")),  # the default seeds: rt-polarity's test split
+    (["--dataset=offline-sentiment"], ("offline-sentiment", "validation")),
+    (["--dataset=tfds:glue/sst2"], ("tfds:glue/sst2", "validation")),
+    (["--dataset=tweets-sentiment@0.8", "--split=validation"], ("tweets-sentiment@0.8", "validation")),
+])
+def test_front_end_dataset_and_split_defaults(monkeypatch, tmp_path, argv, expected):
+    asked = []
+
+    def load_labelled(spec, **kwargs):
+        asked.append((spec, kwargs["split"]))
+        raise LmprobeError("stop here")
+
+    monkeypatch.setattr(front_end, "load_labelled", load_labelled)
+    with pytest.raises(SystemExit):
+        front_end.main([*argv, f"--output_dir={tmp_path / 'run'}"])
+    assert asked == [expected]

@@ -6,12 +6,14 @@ import numpy as np
 import pytest
 from transformers import BertConfig, BertModel, BertTokenizerFast
 
+from experiments import scope as front_end
 from lmprobe.engine import Scorer
 from lmprobe.errors import LmprobeError
 from lmprobe.methods.scope import capabilities, models, training, variants
 from lmprobe.methods.scope import run as scope_run
 from lmprobe.methods.scope.search import Goal, score, search
 from lmprobe.perturb.constraints import Words
+from tests.data.test_labelled import pang_lee  # noqa: F401 - a fixture: rt-polarity installed in tmp
 from tests.models.parity import save_random
 
 TEXTS = ["a fast, funny, highly enjoyable movie.", "my reaction in a word: disappointment.",
@@ -136,3 +138,12 @@ def test_variants(scorer):
     )
     with pytest.raises(LmprobeError, match="unknown model variant"):
         variants.split_name("m@fp4")
+
+
+def test_the_default_dataset_is_rt_polarity_train_and_test_splits(pang_lee):  # noqa: F811
+    args = front_end.build_parser()[0].parse_args(["--max_examples=10"])
+    train, test = front_end._data(args)
+    assert train.source.startswith("rt-polarity (train split)") and test.source.startswith("rt-polarity (test split)")
+    assert len(train) == 56 and len(test) == 10 and not set(train.texts) & set(test.texts)
+    args = front_end.build_parser()[0].parse_args(["--dataset=offline-sentiment"])
+    assert args.dataset == "offline-sentiment"  # the silver set stays available by name
