@@ -1,9 +1,11 @@
-"""Figures for results.json files: SynTextBench's margin-accuracy curve and goodness s(a)."""
+"""Figures for results.json files: SynTextBench's margin-accuracy curve and goodness s(a), SynBench's
+bound-threshold plot, and label-free proxies against real tasks across models (``scatter_grid``)."""
 
 from __future__ import annotations
 
 import io
 import os
+from collections.abc import Mapping, Sequence
 
 import matplotlib
 
@@ -13,7 +15,9 @@ import numpy as np  # noqa: E402
 
 import kernels  # noqa: E402
 from lmprobe.engine.runtime import is_main  # noqa: E402
+from lmprobe.errors import LmprobeError  # noqa: E402
 from lmprobe.report import artifacts  # noqa: E402
+from lmprobe.report.correlation import MIN_MODELS, correlation_table  # noqa: E402
 
 
 def save_figure(fig, path) -> None:
@@ -95,3 +99,93 @@ def synbench_bound_threshold(result: dict, path: str, area_epsilons: tuple[float
         )
         ax.legend(fontsize=7)
     save_figure(fig, path)
+
+
+def short_model_name(model: str) -> str:
+    """A point label: the last path component of a model name ("google/gemma-2b" -> "gemma-2b")."""
+    return str(model).rstrip("/").rsplit("/", 1)[-1]
+
+
+def _panel_values(values, name: str, n: int) -> np.ndarray:
+    try:
+        array = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        raise LmprobeError(f"{name!r} could not be read as one number (or None) per model: {error}") from error
+    if array.shape != (n,):
+        raise LmprobeError(f"{name!r} has shape {array.shape} but there are {n} models: pass one value per "
+                           "model, in the order of `models` (None where it does not apply)")
+    array[~np.isfinite(array)] = np.nan
+    return array
+
+
+def _panel_title(row: dict) -> str:
+    if row["spearman"]["estimate"] is None:
+        why = ("too few models" if row["n"] < MIN_MODELS
+               else "constant, undefined" if "constant" in (row["note"] or "") else "undefined")
+        return f"n = {row['n']}: {why}"
+    rho, tau = row["spearman"]["estimate"], row["kendall"]["estimate"]
+    return rf"$\rho$ = {rho:+.2f}   $\tau$ = {tau:+.2f}   (n = {row['n']})"
+
+
+def scatter_grid(proxies: Mapping[str, Sequence], tasks: Mapping[str, Sequence], models: Sequence[str],
+                 groups: Sequence[str] | None, path, *, lower_is_better: set[str] | frozenset[str] = frozenset(),
+                 labels: Sequence[str] | None = None,
+                 title: str = "label-free proxies against real tasks") -> list[dict]:
+    """One scatter panel per (proxy, task): proxies as rows (y axis), tasks as columns (x axis).
+
+    ``proxies`` / ``tasks``: name -> one value per model, in the order of ``models``; None or NaN
+    where a score does not apply (that model is left out of the panel). Each model is a point
+    labelled ``labels[i]`` (default: ``short_model_name``), coloured by ``groups[i]`` (e.g.
+    "encoders" / "decoders"; None: one group, no legend). Axes show the raw values; a name in
+    ``lower_is_better`` gets "(lower is better)" on its axis. Panel titles: Spearman rho and
+    Kendall tau over the models with both values, signed as in ``correlation_table`` (a
+    lower-is-better side negated: positive = the proxy orders the models as the task does).
+    Returns ``correlation_table``'s rows (estimates only, no intervals), one per panel.
+    """
+    names = [str(m) for m in models]
+    n = len(names)
+    labels = [short_model_name(m) for m in names] if labels is None else [str(label) for label in labels]
+    groups = [""] * n if groups is None else [str(g) for g in groups]
+    if len(labels) != n or len(groups) != n:
+        raise LmprobeError(f"{n} models but {len(labels)} labels and {len(groups)} groups: pass one per model")
+    if not proxies or not tasks:
+        raise LmprobeError(f"{len(proxies)} proxies and {len(tasks)} tasks: nothing to plot")
+    proxy_values = {name: _panel_values(v, name, n) for name, v in proxies.items()}
+    task_values = {name: _panel_values(v, name, n) for name, v in tasks.items()}
+    lower = frozenset(lower_is_better)
+    rows = correlation_table(proxy_values, task_values, lower_is_better=lower, n_resamples=0)
+    order = list(dict.fromkeys(groups))
+    colours = {g: f"C{i % 10}" for i, g in enumerate(order)}
+    group_of = np.asarray(groups, dtype=object)
+
+    def axis_label(name: str) -> str:
+        return f"{name}\n(lower is better)" if name in lower else name
+
+    fig, axes = plt.subplots(len(proxies), len(tasks), figsize=(3.2 * len(tasks), 2.8 * len(proxies) + 0.5),
+                             squeeze=False, sharex="col", sharey="row")
+    for i, (proxy, p) in enumerate(proxy_values.items()):
+        for j, (task, t) in enumerate(task_values.items()):
+            ax = axes[i, j]
+            both = np.isfinite(p) & np.isfinite(t)
+            for g in order:
+                pick = both & (group_of == g)
+                if pick.any():
+                    ax.scatter(t[pick], p[pick], s=16, color=colours[g], zorder=2)
+            for k in np.flatnonzero(both):
+                ax.annotate(labels[k], (t[k], p[k]), xytext=(3, 2), textcoords="offset points", fontsize=6,
+                            color=colours[groups[k]])
+            ax.set_title(_panel_title(rows[i * len(tasks) + j]), fontsize=8)
+            ax.tick_params(labelsize=7)
+            ax.grid(alpha=0.3, lw=0.5)
+            ax.margins(x=0.15, y=0.1)  # room for the labels of the outermost points
+            if i == len(proxies) - 1:
+                ax.set_xlabel(axis_label(task), fontsize=8)
+            if j == 0:
+                ax.set_ylabel(axis_label(proxy), fontsize=8)
+    if any(order):
+        handles = [plt.Line2D([], [], ls="", marker="o", ms=4, color=colours[g]) for g in order]
+        axes[0, 0].legend(handles, [g or "other" for g in order], fontsize=7, loc="best")
+    fig.suptitle(title + "\n" + r"$\rho$: Spearman, $\tau$: Kendall; positive = the proxy orders models as the task "
+                 "does (lower-is-better sides negated)", fontsize=9)
+    save_figure(fig, path)
+    return rows

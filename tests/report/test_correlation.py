@@ -17,7 +17,11 @@ from scipy import stats
 from lmprobe.errors import LmprobeError
 from lmprobe.report.correlation import (
     LOWER_IS_BETTER,
+    STATISTICS,
     average_ranks,
+    bootstrap_interval,
+    correlation_table,
+    kendall,
     metric_correlation,
     over_runs,
     pearson,
@@ -54,6 +58,27 @@ def test_pearson_and_spearman_match_scipy_on_random_data():
         np.testing.assert_allclose(average_ranks(x), stats.rankdata(x, method="average"))
 
 
+def test_kendall_tau_b_matches_scipy_with_and_without_ties():
+    rng = np.random.default_rng(1)
+    checked = 0
+    for trial in range(80):
+        n = int(rng.integers(3, 60))
+        if trial % 2:  # heavy ties on both sides
+            x, y = rng.integers(0, 4, n).astype(float), rng.integers(0, 3, n).astype(float)
+            if np.ptp(x) == 0 or np.ptp(y) == 0:
+                continue
+        else:
+            x = rng.normal(size=n)
+            y = 0.5 * x + rng.normal(size=n)
+        assert kendall(x, y) == pytest.approx(stats.kendalltau(x, y)[0], abs=1e-12)
+        checked += 1
+    assert checked > 60
+    assert kendall([1.0, 2.0, 3.0, 4.0], [10.0, 20.0, 30.0, 40.0]) == pytest.approx(1.0)
+    assert kendall([1.0, 2.0, 3.0, 4.0], [4.0, 3.0, 2.0, 1.0]) == pytest.approx(-1.0)
+    # one tie in x: tau-b = 5 / sqrt(5 * 6), not tau-a's 5 / 6
+    assert kendall([1.0, 1.0, 2.0, 3.0], [1.0, 2.0, 3.0, 4.0]) == pytest.approx(5 / np.sqrt(30))
+
+
 def test_average_ranks_share_ties_and_rank_models_puts_best_first():
     np.testing.assert_array_equal(average_ranks([10.0, 20.0, 20.0, 5.0, 20.0]), [2, 4, 4, 1, 4])
     np.testing.assert_array_equal(rank_models([0.2, 0.9, 0.5]), [3, 1, 2])
@@ -74,6 +99,13 @@ def test_perfect_and_sign_flipped_correlations():
     (lambda: spearman([1.0, 2.0, 3.0], [1.0, 2.0, 3.0, 4.0]), ["x has 3", "y has 4", "same order"]),
     (lambda: pearson([1.0, 2.0, 3.0], [7.0, 7.0, 7.0]), ["y is constant", "undefined"]),
     (lambda: spearman([4.0, 4.0, 4.0], [1.0, 2.0, 3.0]), ["x is constant"]),
+    (lambda: kendall([1.0, 2.0, 3.0], [5.0, 5.0, 5.0]), ["y is constant"]),
+    (lambda: kendall([1.0, 2.0], [1.0, 2.0]), ["at least 3"]),
+    (lambda: bootstrap_interval([1.0, 2.0, 3.0], [2.0, 2.0, 2.0]), ["y is constant"]),
+    (lambda: bootstrap_interval([1.0, 2.0, 3.0], [1.0, 3.0, 2.0], "tau"), ["statistic='tau'"]),
+    (lambda: bootstrap_interval([1.0, 2.0, 3.0], [1.0, 3.0, 2.0], n_resamples=-1), ["n_resamples=-1"]),
+    (lambda: bootstrap_interval([1.0, 2.0, 3.0], [1.0, 3.0, 2.0], level=95), ["level=95"]),
+    (lambda: correlation_table({}, {}, level=1.0), ["level=1.0"]),
     (lambda: pearson([1.0, np.nan, 3.0], [1.0, 2.0, 3.0]), ["x has non-finite", "[1]"]),
     (lambda: pearson([[1.0, 2.0, 3.0]], [1.0, 2.0, 3.0]), ["x has shape (1, 3)"]),
     (lambda: metric_correlation(P.TABLE7_SCORES[8192]["esc"], P.TABLE7_ACCURACY,
@@ -100,6 +132,169 @@ def test_over_runs_correlates_each_trial_then_averages():
     assert summary.values == pytest.approx((1.0, -1.0, -0.6))
     assert summary.mean == pytest.approx(np.mean([1.0, -1.0, -0.6]))
     assert summary.std == pytest.approx(np.std([1.0, -1.0, -0.6]))
+
+
+# ---------------------------------------------------------------- bootstrap intervals
+
+
+def noisy_ladder(n, noise, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=n)
+    return x, x + noise * rng.normal(size=n)
+
+
+@pytest.mark.parametrize("statistic", [*STATISTICS, pearson, spearman, kendall])
+def test_bootstrap_interval_contains_the_estimate_and_is_deterministic(statistic):
+    for seed in range(4):
+        x, y = noisy_ladder(10, 0.8, seed)
+        interval = bootstrap_interval(x, y, statistic, seed=seed)
+        name = statistic if isinstance(statistic, str) else statistic.__name__
+        assert interval.estimate == pytest.approx({"pearson": pearson, "spearman": spearman,
+                                                    "kendall": kendall}[name](x, y))
+        assert interval.low <= interval.estimate <= interval.high
+        assert -1.0 <= interval.low < interval.high <= 1.0
+        assert (interval.n, interval.level) == (10, 0.95)
+        assert interval.n_resamples + interval.n_skipped == 2000 and not interval.degenerate
+        assert bootstrap_interval(x, y, statistic, seed=seed) == interval
+        if name == "pearson":  # rank statistics take few values: their quantiles may coincide
+            assert bootstrap_interval(x, y, statistic, seed=seed + 100) != interval
+
+
+@pytest.mark.parametrize("name", STATISTICS)
+def test_vectorized_bootstrap_equals_calling_the_statistic_per_resample(name):
+    # heavy ties, and n = 5 so that many resamples repeat models (ties) or are constant (skipped)
+    x, y = [1.0, 2.0, 2.0, 3.0, 5.0], [0.3, 0.1, 0.1, 0.4, 0.4]
+    function = {"pearson": pearson, "spearman": spearman, "kendall": kendall}[name]
+    fast = bootstrap_interval(x, y, name, n_resamples=500, level=0.8, seed=3)
+    slow = bootstrap_interval(x, y, lambda a, b: function(a, b), n_resamples=500, level=0.8, seed=3)
+    assert fast.n_skipped == slow.n_skipped > 0
+    assert (fast.low, fast.high, fast.estimate) == pytest.approx((slow.low, slow.high, slow.estimate), abs=1e-12)
+
+
+def test_bootstrap_interval_narrows_with_more_models():
+    widths = []
+    for n in (6, 20, 80):
+        interval = bootstrap_interval(*noisy_ladder(n, 0.7), "spearman")
+        widths.append(interval.high - interval.low)
+    assert widths[0] > widths[1] > widths[2]
+    assert widths[2] < 0.5 * widths[0]
+
+
+def test_bootstrap_interval_level_and_resample_count():
+    x, y = noisy_ladder(12, 1.0)
+    wide = bootstrap_interval(x, y, "pearson", level=0.99)
+    narrow = bootstrap_interval(x, y, "pearson", level=0.5)
+    assert wide.low < narrow.low <= narrow.high < wide.high
+    none = bootstrap_interval(x, y, "pearson", n_resamples=0)
+    assert (none.low, none.high, none.n_resamples, none.n_skipped, none.degenerate) == (None, None, 0, 0, False)
+    assert none.estimate == pytest.approx(pearson(x, y))
+
+
+def test_degenerate_resamples_are_skipped_counted_and_flagged():
+    # x is constant unless model 3 is drawn, y unless model 0 is: about 57% of resamples skipped
+    x, y = [0.0, 0.0, 0.0, 1.0], [1.0, 0.0, 0.0, 0.0]
+    interval = bootstrap_interval(x, y, "kendall")
+    assert interval.n_skipped + interval.n_resamples == 2000
+    assert 0.5 * 2000 < interval.n_skipped < 0.65 * 2000
+    assert interval.degenerate and interval.low is not None
+    assert interval.estimate == pytest.approx(stats.kendalltau(x, y)[0])
+    # few skipped: not flagged
+    assert not bootstrap_interval([1.0, 2.0, 3.0, 4.0], [2.0, 1.0, 4.0, 3.0]).degenerate
+
+    calls = []
+
+    def defined_once(a, b):  # a generic statistic: defined on the data, undefined on every resample
+        calls.append(len(a))
+        if len(calls) == 1:
+            return 0.5
+        if len(calls) % 2:
+            raise LmprobeError("undefined")
+        return float("nan")
+
+    skipped = bootstrap_interval([1.0, 2.0, 3.0, 4.0], [2.0, 1.0, 4.0, 3.0], defined_once, n_resamples=100)
+    assert (skipped.estimate, skipped.low, skipped.high, skipped.degenerate) == (0.5, None, None, True)
+    assert (skipped.n_resamples, skipped.n_skipped) == (0, 100)
+
+
+# ---------------------------------------------------------------- correlation_table
+
+
+def row_for(rows, proxy, task):
+    (row,) = [r for r in rows if (r["proxy"], r["task"]) == (proxy, task)]
+    return row
+
+
+def test_correlation_table_sign_convention_positive_means_same_ordering():
+    quality = np.array([0.1, 0.5, 0.3, 0.9, 0.7, 1.2])
+    proxies = {"syntextbench": quality * 2 + 0.01 * np.arange(6),  # higher is better
+               "byod_sensitivity": 1.0 / (1.0 + quality)}  # lower is better
+    tasks = {"accuracy": 0.5 + 0.3 * quality, "bits_per_byte": 2.0 - quality}  # bpb: lower is better
+    lower = {"bits_per_byte", "byod_sensitivity", "not_in_this_table"}
+    rows = correlation_table(proxies, tasks, lower_is_better=lower, n_resamples=300)
+    assert [(r["proxy"], r["task"]) for r in rows] == [
+        ("syntextbench", "accuracy"), ("syntextbench", "bits_per_byte"),
+        ("byod_sensitivity", "accuracy"), ("byod_sensitivity", "bits_per_byte")]
+    for row in rows:
+        assert row["note"] is None and row["n"] == row["n_models"] == 6
+        assert row["spearman"]["estimate"] == pytest.approx(1.0) and row["kendall"]["estimate"] == pytest.approx(1.0)
+        assert row["pearson"]["estimate"] > 0.9
+        for name in STATISTICS:
+            assert row[name]["low"] <= row[name]["estimate"] <= row[name]["high"]
+    row = row_for(rows, "syntextbench", "bits_per_byte")
+    assert (row["proxy_lower_is_better"], row["task_lower_is_better"]) == (False, True)
+    assert row["pearson"]["estimate"] == pytest.approx(
+        metric_correlation(tasks["bits_per_byte"], proxies["syntextbench"], higher_is_better=False))
+    # both lower-is-better: both negated, the raw correlation's sign is kept
+    row = row_for(rows, "byod_sensitivity", "bits_per_byte")
+    assert row["pearson"]["estimate"] == pytest.approx(pearson(proxies["byod_sensitivity"], tasks["bits_per_byte"]))
+    # without the convention the lower-is-better pairs come out negative
+    raw = correlation_table(proxies, tasks, n_resamples=0)
+    assert row_for(raw, "syntextbench", "bits_per_byte")["spearman"] == {"estimate": pytest.approx(-1.0),
+                                                                         "low": None, "high": None}
+    assert row_for(raw, "byod_sensitivity", "accuracy")["kendall"]["estimate"] == pytest.approx(-1.0)
+
+
+def test_correlation_table_uses_the_models_with_both_values():
+    proxy = [0.2, None, 0.5, 0.4, float("nan"), 0.9, 0.1, 0.6]
+    task = [2.1, 1.0, None, 1.5, 1.2, 0.7, 2.5, np.inf]  # lower is better; inf counts as missing
+    rows = correlation_table({"proxy": proxy}, {"bpb": task}, lower_is_better={"bpb"}, seed=7)
+    (row,) = rows
+    keep = [0, 3, 5, 6]
+    x = np.array(proxy, dtype=float)[keep]
+    y = -np.array(task, dtype=float)[keep]
+    assert (row["n"], row["n_models"], row["note"]) == (4, 8, None)
+    for name, function in (("pearson", pearson), ("spearman", spearman), ("kendall", kendall)):
+        interval = bootstrap_interval(x, y, function, seed=7)
+        assert row[name] == pytest.approx({"estimate": function(x, y), "low": interval.low, "high": interval.high})
+        assert (row["n_resamples"], row["n_skipped"]) == (interval.n_resamples, interval.n_skipped)
+
+
+def test_correlation_table_notes_instead_of_raising():
+    proxies = {"sparse": [0.1, None, 0.3, None, None], "flat": [0.5, 0.5, 0.5, 0.5, 0.5],
+               "short": [0.1, 0.2, 0.3], "ragged": [[0.1, 0.2], 0.3, 0.4, 0.5, 0.6],
+               "outliers": [0.0, 0.0, 0.0, None, 1.0]}
+    tasks = {"accuracy": [0.6, 0.7, 0.8, 0.9, 0.95], "other": [0.9, 0.1, 0.2, 0.3, None]}
+    rows = correlation_table(proxies, tasks)
+    assert len(rows) == 10
+
+    def check(proxy, task, *words):
+        row = row_for(rows, proxy, task)
+        assert all(row[name] == {"estimate": None, "low": None, "high": None} for name in STATISTICS), row
+        for word in words:
+            assert word in row["note"], row["note"]
+        return row
+
+    assert check("sparse", "accuracy", "only 2 of 5 models", "at least 3")["n"] == 2
+    assert check("flat", "accuracy", "'flat' is constant (0.5)", "undefined")["n"] == 5
+    check("short", "accuracy", "'short' has 3 values but 'accuracy' has 5")
+    check("ragged", "other", "could not be read")
+    # three models with a constant proxy among them (model 4 has no 'other')
+    check("outliers", "other", "'outliers' is constant (0)")
+    # 4 models, x constant unless model 3 is drawn, y unless model 0: mostly degenerate resamples
+    degenerate = row_for(correlation_table({"x": [0.0, 0.0, 0.0, 1.0]}, {"y": [1.0, 0.0, 0.0, 0.0]}), "x", "y")
+    assert degenerate["degenerate"] and degenerate["kendall"]["estimate"] is not None
+    assert "resamples had a constant side" in degenerate["note"]
+    assert degenerate["n_skipped"] > degenerate["n_resamples"]
 
 
 # ---------------------------------------------------------------- the paper's tables
