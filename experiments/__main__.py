@@ -5,6 +5,7 @@
     lmprobe scope --reference=smollm2-135m --target=smollm2-135m@int8,smollm2-135m@bf16
     lmprobe synbench --model=identity
     lmprobe mstemp --model=smollm2-135m --evaluator=smollm2-135m
+    lmprobe validate --models=a,b,c,d --proxies=syntextbench,synbench,byod   # proxies vs real tasks
     lmprobe syntextbench --config=run.yaml --seed=1    # flags from YAML / JSON, the command line wins
     lmprobe models                                     # model names lmprobe knows, and what is installed
     lmprobe datasets                                   # corpora, datasets, lexicons: available offline?
@@ -24,7 +25,8 @@ import importlib.util
 import sys
 import textwrap
 
-FRONT_ENDS = ("syntextbench", "byod", "scope", "synbench", "mstemp", "throughput", "plan", "smoke", "assets")
+FRONT_ENDS = ("syntextbench", "byod", "scope", "synbench", "mstemp", "throughput", "plan", "smoke", "assets",
+              "validate")
 LISTINGS = {"models": "catalog", "datasets": "catalog"}
 
 

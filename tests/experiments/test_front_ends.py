@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from experiments import byod, cli, flags, mstemp, plan, scope, smoke, synbench, syntextbench, throughput
+from experiments import byod, cli, flags, mstemp, plan, scope, smoke, synbench, syntextbench, throughput, validate
 from lmprobe.methods import byod as byod_method
 from lmprobe.methods import mstemp as mstemp_method
 from lmprobe.methods import synbench as synbench_method
@@ -17,7 +17,7 @@ from lmprobe.methods.scope import run as scope_run
 from lmprobe.methods.scope import training
 
 FRONT_ENDS = {"syntextbench": syntextbench, "byod": byod, "scope": scope, "synbench": synbench, "mstemp": mstemp,
-              "throughput": throughput, "plan": plan, "smoke": smoke}
+              "throughput": throughput, "plan": plan, "smoke": smoke, "validate": validate}
 METHODS = {"syntextbench": [syntextbench_method.Config], "byod": [byod_method.Config],
            "scope": [scope_run.Config, training.TrainConfig], "synbench": [synbench_method.Config],
            "mstemp": [mstemp_method.Config]}

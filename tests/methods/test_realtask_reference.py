@@ -1,0 +1,97 @@
+"""realtask against independent references: sklearn for the probe and balanced accuracy, transformers'
+PyTorch Llama on the same weights for zero-shot scores and perplexity."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import balanced_accuracy_score
+from sklearn.model_selection import GridSearchCV, PredefinedSplit
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+from transformers import AutoTokenizer, LlamaForCausalLM
+
+from kernels import logistic
+from lmprobe.data.labelled import LabelledData
+from lmprobe.engine import Scorer
+from lmprobe.errors import LmprobeError
+from lmprobe.methods import realtask
+from tests.engine.conftest import tiny_llama_dir  # noqa: F401
+
+
+def test_balanced_accuracy_is_sklearns():
+    rng = np.random.default_rng(0)
+    y, p = rng.integers(0, 3, 200), rng.integers(0, 3, 200)
+    assert realtask.balanced_accuracy(p, y, 3) == pytest.approx(balanced_accuracy_score(y, p))
+
+
+def test_probe_matches_an_sklearn_grid_search_on_the_same_folds():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(300, 20)) * rng.uniform(0.1, 10, 20)
+    z = x / x.std(0)
+    y = (z[:, :3] @ [1.0, -0.5, 0.2] + rng.normal(size=300) > 0).astype(int) + (z[:, 4] > 0.8)
+    train, test = slice(0, 200), slice(200, None)
+    got = realtask.probe_embeddings(x[train], y[train], x[test], y[test], 3, seed=3)
+    folds = logistic.stratified_folds(y[train], realtask.FOLDS, 3)
+    search = GridSearchCV(make_pipeline(StandardScaler(), LogisticRegression(tol=1e-10, max_iter=10_000)),
+                          {"logisticregression__C": list(realtask.SENTEVAL_CS)}, cv=PredefinedSplit(folds))
+    search.fit(x[train], y[train])
+    assert got["c"] == search.best_params_["logisticregression__C"]
+    assert got["cv_accuracy"] == pytest.approx(search.best_score_, abs=1e-9)
+    assert got["accuracy"] == pytest.approx(search.score(x[test], y[test]), abs=1e-9)
+
+
+def test_probe_refuses_a_class_too_small_for_the_folds():
+    x, y = np.zeros((12, 2)), np.array([0] * 9 + [1] * 3)
+    with pytest.raises(LmprobeError, match="at least 5 examples"):
+        realtask.probe_embeddings(x, y, x, y, 2)
+
+
+def test_cut_keeps_whole_words():
+    assert realtask.cut("one  two three", 9) == "one two"
+    assert realtask.cut("short", 10) == "short"
+    assert realtask.cut("abcdefghij", 4) == "abcd"
+
+
+@pytest.fixture(scope="module")
+def pair(tiny_llama_dir):  # noqa: F811
+    scorer = Scorer.load(str(tiny_llama_dir), batch_size=4)
+    torch_model = LlamaForCausalLM.from_pretrained(str(tiny_llama_dir), torch_dtype=torch.float32).eval()
+    return scorer, torch_model, AutoTokenizer.from_pretrained(str(tiny_llama_dir))
+
+
+def _torch_logprobs(model, ids) -> np.ndarray:
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0].double()
+    return torch.log_softmax(logits, -1)[:-1].gather(-1, torch.tensor(ids[1:])[:, None])[:, 0].numpy()
+
+
+def test_perplexity_is_the_nll_of_every_token_after_bos(pair):
+    scorer, model, tok = pair
+    texts = ["w5 w9 w17 w3", "w40 w41 w42 w43 w44 w45 w46 w47", "w100 w7 w7 w7"]
+    got = realtask.perplexity(scorer, texts, max_chars=22)
+    cut = [realtask.cut(t, 22) for t in texts]
+    nll = -sum(_torch_logprobs(model, [tok.bos_token_id, *tok(t, add_special_tokens=False)["input_ids"]]).sum()
+               for t in cut)
+    tokens = sum(len(t.split()) for t in cut)
+    assert got["tokens"] == tokens and got["bytes"] == sum(len(t) for t in cut)
+    assert got["nll_per_token"] == pytest.approx(nll / tokens, rel=1e-4)
+    assert got["bits_per_byte"] == pytest.approx(nll / math.log(2) / got["bytes"], rel=1e-4)
+
+
+def test_zero_shot_picks_the_label_word_torch_scores_highest(pair):
+    scorer, model, tok = pair
+    data = LabelledData([f"w{i} w{i + 1} w{i + 2}" for i in range(3, 30, 3)], np.arange(9) % 2, ("w10", "w11"), "t")
+    got = realtask.zero_shot(scorer, data, template="{text} w12")
+    expected = []
+    for text in data.texts:
+        prompt = tok(f"{text} w12")["input_ids"]
+        scores = [_torch_logprobs(model, [*prompt, *tok(" " + w, add_special_tokens=False)["input_ids"]])[-1]
+                  for w in data.label_names]
+        expected.append(int(np.argmax(scores)))
+    assert got["predicted_share"] == np.bincount(expected, minlength=2).tolist()
+    assert got["accuracy"] == pytest.approx(np.mean(np.asarray(expected) == data.labels))
