@@ -112,8 +112,8 @@ def dataset_catalog() -> dict:
             "PATH (.txt, directory of .txt, .jsonl/.csv/.tsv)": "yes (your files)",
             "tfds:NAME[:SPLIT]": _check(module("tensorflow_datasets", "tensorflow-datasets")),
             "hf:NAME[:CONFIG][:SPLIT]": _check(module("datasets", "datasets")) + "; downloads unless cached"},
-        "labelled datasets (scope / mstemp --dataset, validate; split= train, validation, test, all)": {
-            **{name + (" (default)" if name == labelled.DEFAULT else ""):
+        "labelled datasets (scope / mstemp --dataset)": {
+            **{name + (" (default; splits train, validation, test, all)" if name == labelled.DEFAULT else ""):
                _check(lambda name=name: labelled.data_path(name)) for name in labelled.NAMED},
             labelled.OFFLINE_DEFAULT + " (silver labels)": _check(fortunes_and(sentiwordnet)),
             "PATH (.csv/.tsv/.jsonl with text and label columns)": "yes (your files)",
