@@ -31,6 +31,7 @@ import numpy as np
 from kernels import logistic
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import icl, no_progress
+from lmprobe.methods.syntextbench import default_pooling
 
 SENTEVAL_CS = logistic.SENTEVAL_CS
 FOLDS = 5
@@ -43,11 +44,6 @@ def balanced_accuracy(predictions, labels, n_classes: int) -> float:
     predictions, labels = np.asarray(predictions), np.asarray(labels)
     recalls = [np.mean(predictions[labels == k] == k) for k in range(n_classes) if np.any(labels == k)]
     return float(np.mean(recalls))
-
-
-def default_pooling(scorer) -> str:
-    """SynTextBench's poolings (Sec. 3.1): the last token of a decoder, first-last average of an encoder."""
-    return "last" if scorer.is_decoder else "first_last_avg"
 
 
 def embed(scorer, texts: Sequence[str], pooling: str, *, progress: Callable = no_progress,

@@ -108,7 +108,7 @@ def run(scorer, config: Config, *, model_name: str, cache_dir: str | None = None
     tasks = tasks or build_tasks(config)
     pairs, timings = tasks.levels, {"generation": tasks.seconds}
 
-    pooling = config.pooling or ("last" if scorer.is_decoder else "first_last_avg")
+    pooling = config.pooling or default_pooling(scorer)
     start = time.perf_counter()
     keys, train, test = _embeddings(scorer, pairs, pooling, model_name=model_name, cache_dir=cache_dir,
                                     progress=progress)
@@ -146,6 +146,11 @@ def run(scorer, config: Config, *, model_name: str, cache_dir: str | None = None
                 desc=f"{model_name}: loss-data baselines"))})
         timings["baselines"] = time.perf_counter() - start
     return Result(model_name, score, levels, baselines, timings, config)
+
+
+def default_pooling(scorer) -> str:
+    """The paper's poolings (Sec. 3.1): the last token of a decoder, first-last average of an encoder."""
+    return "last" if scorer.is_decoder else "first_last_avg"
 
 
 def _embeddings(scorer, pairs, pooling: str, *, model_name: str, cache_dir, progress):
