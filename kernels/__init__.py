@@ -9,6 +9,7 @@ bayes       linear classifiers' decisions and margins; SynTextBench and SynBench
 theory      Thm 1 / Thm 3 accuracy and expected scaled bound (SynBench)
 integrals   goodness function / E(a_t) and their exact areas; SynTextBench and SynBench scores
 selection   best valid candidate per example for greedy perturbation search (SCoPE)
+logistic    multinomial L2 logistic regression (sklearn's objective), C by k-fold CV (SentEval probes)
 
 Labels are +1 / -1 with 0 marking padding; leading axes are batch axes (tasks, scales).
 """
@@ -39,6 +40,14 @@ from kernels.integrals import (
     syntextbench_score,
     threshold_curve,
     threshold_curve_area,
+)
+from kernels.logistic import (
+    SENTEVAL_CS,
+    CrossValidation,
+    LogisticModel,
+    cross_validate,
+    cross_validated_c,
+    stratified_folds,
 )
 from kernels.moments import (
     ClassMoments,
@@ -77,15 +86,20 @@ __all__ = [
     "DEFAULT_ENERGY",
     "ClassMoments",
     "ClassWhitening",
+    "CrossValidation",
     "GaussianClassModel",
     "LinearMargins",
+    "LogisticModel",
     "MarginSummary",
     "RobustDirection",
+    "SENTEVAL_CS",
     "Selection",
     "apply_class_whitening",
     "class_means",
     "class_moments",
     "cosine_similarity",
+    "cross_validate",
+    "cross_validated_c",
     "descending_eigh",
     "dual_exponent",
     "energy_rank",
@@ -107,6 +121,7 @@ __all__ = [
     "robust_direction",
     "robust_direction_lp",
     "select_best_candidate",
+    "stratified_folds",
     "summarize_margins",
     "synbench_accuracy_bound",
     "synbench_score",

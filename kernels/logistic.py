@@ -18,11 +18,11 @@ zero-variance features keep scale 1) of the rows each fit sees: sklearn's
 sees its held-out rows. The model keeps (mean, scale) and applies them itself. Without it,
 features are still centred inside the solver: a free reparametrisation, since b is unpenalized.
 
-Solver: L-BFGS from zero with an exact line search (the logits move linearly along a search
+Solver: L-BFGS from zero with a near-exact line search (the logits move linearly along a search
 direction, so the 1-D problem costs no matmul), on the per-row mean of the objective, in float64
-(``dtype``; float32 where float64 is slow or missing), until the max-abs gradient is below
-``tol``. All (fold, C) problems run in one jitted call, vmapped over a shared x. Models come
-back in float32.
+(``dtype``; by default float32 on TPUs, which lack float64), until the max-abs gradient is
+below ``tol`` (by default DEFAULT_TOL in float64, FLOAT32_TOL in float32). All (fold, C)
+problems run in one jitted call, vmapped over a shared x. Models come back in float32.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ import jax.numpy as jnp
 import numpy as np
 
 SENTEVAL_CS = tuple(2.0**k for k in range(-2, 5))  # SentEval's sklearn grid, 2^-2 .. 2^4
-DEFAULT_TOL = 1e-8  # max-abs gradient of the per-row mean objective
+DEFAULT_TOL = 1e-8  # max-abs gradient of the per-row mean objective (float64)
+FLOAT32_TOL = 1e-5  # the same where the solver runs in float32 (tol=None picks by dtype)
 DEFAULT_MAX_ITER = 1000
 MEMORY = 10  # L-BFGS curvature pairs
 LINE_SEARCH_STEPS = 30  # at most, per line search
@@ -87,24 +88,29 @@ def raw_coefficients(model: LogisticModel) -> tuple[jax.Array, jax.Array]:
     return weights, model.intercept - jnp.einsum("...d,...dk->...k", model.mean, weights)
 
 
-def fit(x, y, n_classes: int, c: float, *, standardize: bool = False, tol: float = DEFAULT_TOL,
-        max_iter: int = DEFAULT_MAX_ITER, dtype=jnp.float64) -> LogisticModel:
+def fit(x, y, n_classes: int, c: float, *, standardize: bool = False, tol: float | None = None,
+        max_iter: int = DEFAULT_MAX_ITER, dtype=None) -> LogisticModel:
     """The probe of penalty ``c`` on x [n, d] (float), y [n] (int classes 0..n_classes-1)."""
     models = fit_many(x, y, n_classes, np.asarray([c]), np.ones((1, len(y))), standardize=standardize, tol=tol,
                       max_iter=max_iter, dtype=dtype)
     return jax.tree.map(lambda a: a[0], models)
 
 
-def fit_many(x, y, n_classes: int, cs, sample_weights, *, standardize: bool = False, tol: float = DEFAULT_TOL,
-             max_iter: int = DEFAULT_MAX_ITER, dtype=jnp.float64) -> LogisticModel:
+def fit_many(x, y, n_classes: int, cs, sample_weights, *, standardize: bool = False, tol: float | None = None,
+             max_iter: int = DEFAULT_MAX_ITER, dtype=None) -> LogisticModel:
     """P problems in one jitted call: problem p fits the rows with sample_weights[p] > 0 (weights
     [P, n]: 0/1 in sklearn's sense, other values weight the rows' losses) with penalty cs[p].
-    Returns a LogisticModel with leading axis P. ``dtype``: the solver's precision."""
-    with jax.enable_x64(jnp.dtype(dtype) == jnp.float64):
+    Returns a LogisticModel with leading axis P (float32 and int32). ``dtype``: the solver's
+    precision (module docstring)."""
+    if dtype is None:
+        dtype = jnp.float32 if jax.default_backend() == "tpu" else jnp.float64
+    dtype = jnp.dtype(dtype)
+    tol = tol if tol is not None else DEFAULT_TOL if dtype == jnp.float64 else FLOAT32_TOL
+    with jax.enable_x64(dtype == jnp.float64):
         model = _fit_many(jnp.asarray(x, dtype), jnp.asarray(y, jnp.int32), jnp.asarray(cs, dtype),
                           jnp.asarray(sample_weights, dtype), n_classes=n_classes, standardize=standardize,
                           tol=tol, max_iter=max_iter)
-        return jax.tree.map(lambda a: a.astype(jnp.float32) if jnp.issubdtype(a.dtype, jnp.floating) else a,
+        return jax.tree.map(lambda a: a.astype(jnp.float32 if jnp.issubdtype(a.dtype, jnp.floating) else jnp.int32),
                             model)
 
 
@@ -143,7 +149,7 @@ def _safe_scale(var):
 def _lbfgs(scores, transpose, penalty, row_weights, onehot, theta, tol, max_iter):
     """Minimise f(theta) = sum_i r_i CE(scores(theta)_i, y_i) + 0.5 sum_j penalty_j theta_j^2
     (``scores`` linear, ``transpose`` its transpose) by L-BFGS. Along a direction p the logits
-    are S + t scores(p), so the line search, safeguarded Newton on the convex f'(t), needs no
+    are S + t scores(p), so the line search, safeguarded Newton on the convex f(t), needs no
     matmul: an iteration costs one ``scores`` and one ``transpose``. (theta, steps, max-abs grad)."""
     m = MEMORY
 
@@ -247,7 +253,7 @@ def fold_weights(fold_ids, folds: int) -> np.ndarray:
 
 
 def cross_validate(x, y, n_classes: int, cs=SENTEVAL_CS, folds=5, seed: int = 0, *, standardize: bool = False,
-                   tol: float = DEFAULT_TOL, max_iter: int = DEFAULT_MAX_ITER, dtype=jnp.float64) -> CrossValidation:
+                   tol: float | None = None, max_iter: int = DEFAULT_MAX_ITER, dtype=None) -> CrossValidation:
     """Choose C by k-fold cross-validation accuracy and refit on all rows, in one jitted call
     (every fold x C, plus the refits for every C). ``folds``: a number of stratified folds
     (seeded by ``seed``), or an [n] array of fold indices 0..k-1."""

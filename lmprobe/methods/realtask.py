@@ -1,23 +1,29 @@
 """Real-task ground truth per model: what the label-free proxies should track (experiments.validate).
 
-* ``probe``: SentEval's linear probe (Conneau & Kiela 2018): frozen sentence embeddings (the
-  pooling SynTextBench uses: the last token of a decoder, the mean of the first and last layers
-  of an encoder), multinomial logistic regression with an L2 penalty (kernels.logistic, sklearn's
-  objective), C from SentEval's grid 2^-2 .. 2^4 chosen by stratified 5-fold cross-validation on
-  the training set, refit on all of it, scored on the test set. Features are standardized with
-  the statistics of the rows each fit sees (decoder hidden states have outlier dimensions that
-  leave an unstandardized L2 probe badly conditioned).
-* ``zero_shot`` (decoders): the label word with the highest log-probability after a prompt,
-  "Review: TEXT\\nSentiment:" + " negative" / " positive" (tweets: " neutral" too).
-* ``perplexity`` (decoders): held-out prose, each text cut at a word boundary to at most
-  ``max_chars`` characters so that every model reads the same text; every token is predicted
-  (a BOS, else EOS, is put in front), and the total negative log-likelihood is reported per token
-  (perplexity) and per UTF-8 byte (bits per byte). Tokenizers differ across models, so only bits
-  per byte compares models.
+``probe``: SentEval's linear probe (Conneau & Kiela 2018, sklearn path). Frozen sentence
+embeddings (by default the pooling SynTextBench uses: the last token of a decoder, the mean of
+the first and last layers of an encoder), multinomial logistic regression with an L2 penalty
+(kernels.logistic: sklearn's LogisticRegression objective, same C), C from SentEval's grid
+2^-2 .. 2^4 chosen by stratified 5-fold cross-validation accuracy on the training set (seeded
+folds; ties go to the smaller C), refit on the whole training set, scored on the test set. With
+a ``validation`` split, C is instead chosen by validation accuracy and the model trained on the
+training set alone (SentEval's SplitClassifier). One departure from SentEval: features are
+standardized with the statistics of the rows each fit sees (``standardize=False`` restores
+SentEval's raw features). Decoder hidden states have outlier dimensions thousands of times
+larger than the rest, which would otherwise dominate the penalty and the conditioning.
+
+``zero_shot`` (decoders): the label word with the highest log-probability after a prompt, e.g.
+"Review: TEXT\\nSentiment:" + " negative" / " positive" (tweets: " neutral" too), summed over
+the word's tokens (icl.label_log_probs).
+
+``perplexity`` (decoders): held-out prose, each text cut at a word boundary to at most
+``max_chars`` characters so that every model reads the same text; every text token is predicted,
+after one start token (below); total NLL per token (perplexity) and per UTF-8 byte (bits per byte).
 
 Balanced accuracy (the mean of per-class recalls) is reported beside accuracy: on an imbalanced
-set (tweets: 43% negative) a model that always answers one class gets the majority rate as
-accuracy but 1 / K balanced.
+set (tweets) a model that always answers one class gets the majority rate as accuracy but 1 / K
+balanced. It is the number to correlate. Every result is a JSON-able dict; all randomness is
+``seed``'s.
 """
 
 from __future__ import annotations
@@ -33,74 +39,146 @@ from lmprobe.errors import LmprobeError
 from lmprobe.methods import icl, no_progress
 from lmprobe.methods.syntextbench import default_pooling
 
-SENTEVAL_CS = logistic.SENTEVAL_CS
+SENTEVAL_CS = logistic.SENTEVAL_CS  # 2^-2 .. 2^4
 FOLDS = 5
-EMBED_CHUNK = 512  # sentences per engine call: one step of the progress bar
+EMBED_CHUNK = 512  # texts per engine call: one step of the progress bar
+SCORE_CHUNK = 64  # texts per scoring call in perplexity
 TEMPLATES = {"review": "Review: {text}\nSentiment:", "tweet": "Tweet: {text}\nSentiment:"}
+DOCUMENT_SEPARATOR = "<|endoftext|>"
 
 
 def balanced_accuracy(predictions, labels, n_classes: int) -> float:
-    """Mean over the classes present in ``labels`` of the fraction of that class predicted right."""
+    """Mean over the classes present in ``labels`` of the fraction of that class predicted right
+    (sklearn's balanced_accuracy_score)."""
     predictions, labels = np.asarray(predictions), np.asarray(labels)
     recalls = [np.mean(predictions[labels == k] == k) for k in range(n_classes) if np.any(labels == k)]
     return float(np.mean(recalls))
 
 
 def embed(scorer, texts: Sequence[str], pooling: str, *, progress: Callable = no_progress,
-          desc: str = "") -> np.ndarray:
+          desc: str = "embedding") -> np.ndarray:
+    """[len(texts), D] float32 embeddings, EMBED_CHUNK texts per engine call (a bar step each)."""
     starts = range(0, len(texts), EMBED_CHUNK)
     parts = [scorer.embed(list(texts[s:s + EMBED_CHUNK]), pooling=pooling)
-             for s in progress(starts, desc=desc or "embedding", total=len(starts))]
+             for s in progress(starts, desc=desc, total=len(starts))]
     return np.concatenate(parts).astype(np.float32)
 
 
-def probe_embeddings(x_train, y_train, x_test, y_test, n_classes: int, *, cs=SENTEVAL_CS, folds: int = FOLDS,
-                     seed: int = 0) -> dict:
-    """The SentEval probe on precomputed embeddings: C by stratified k-fold CV on train, refit, test."""
+# ---------------------------------------------------------------------- probe
+
+
+def probe_embeddings(x_train, y_train, x_test, y_test, n_classes: int | None = None, *, x_validation=None,
+                     y_validation=None, cs=SENTEVAL_CS, folds: int = FOLDS, seed: int = 0,
+                     standardize: bool = True) -> dict:
+    """The SentEval probe on precomputed embeddings [n, D] and class indices [n] (module docstring):
+    C by stratified ``folds``-fold CV on train (or by validation accuracy when a validation split
+    is given), the model of that C trained on all of train, scored on test."""
     y_train, y_test = np.asarray(y_train, np.int32), np.asarray(y_test, np.int32)
-    if len(np.unique(y_train)) < 2 or np.bincount(y_train).min(initial=len(y_train)) < folds:
-        raise LmprobeError(f"the probe's training set has class counts {np.bincount(y_train).tolist()}: it needs "
-                           f"two classes or more, each with at least {folds} examples (one per fold)")
-    cv = logistic.cross_validate(x_train, y_train, n_classes, cs, folds, seed, standardize=True)
-    model = jax.tree.map(lambda a: a[cv.index], cv.models)
+    n_classes = n_classes or int(max(y_train.max(), y_test.max())) + 1
+    counts = np.bincount(y_train, minlength=n_classes)
+    validation = x_validation is not None
+    need = 1 if validation else folds
+    if len(counts) > n_classes or counts.min() < need or (len(y_test) and y_test.max() >= n_classes):
+        raise LmprobeError(f"the probe's training set has class counts {counts.tolist()} for {n_classes} classes: "
+                           f"every class needs at least {need} examples" + ("" if validation else " (one per fold)"))
+    if validation:
+        y_validation = np.asarray(y_validation, np.int32)
+        models = logistic.fit_many(x_train, y_train, n_classes, np.asarray(cs), np.ones((len(cs), len(y_train))),
+                                   standardize=standardize)
+        by_c = np.mean(np.asarray(logistic.predict(models, x_validation)) == y_validation, axis=-1)
+        index = int(np.argmax(by_c))  # the first maximum: the smallest C among ties
+        selection = "validation split"
+    else:
+        cv = logistic.cross_validate(x_train, y_train, n_classes, cs, folds, seed, standardize=standardize)
+        models, by_c, index = cv.models, cv.accuracy, cv.index
+        selection = f"stratified {folds}-fold cross-validation on train"
+    model = jax.tree.map(lambda a: a[index], models)
     predictions = np.asarray(logistic.predict(model, x_test))
+    iterations = int(np.asarray(models.iterations).max())
     return {"accuracy": float(np.mean(predictions == y_test)),
             "balanced_accuracy": balanced_accuracy(predictions, y_test, n_classes),
-            "c": cv.c, "cv_accuracy": float(cv.accuracy[cv.index]), "n_train": int(len(y_train)),
-            "n_test": int(len(y_test)), "converged": bool(np.asarray(model.iterations) < logistic.DEFAULT_MAX_ITER)}
+            "c": float(np.asarray(cs)[index]), "cv_accuracy": float(by_c[index]),
+            "cv_accuracy_by_c": [float(a) for a in by_c], "cs": [float(c) for c in cs], "selection": selection,
+            "n_train": int(len(y_train)), "n_test": int(len(y_test)),
+            "n_validation": int(len(y_validation)) if validation else 0, "n_classes": int(n_classes),
+            "standardize": bool(standardize), "seed": int(seed), "iterations": iterations,
+            "converged": iterations < logistic.DEFAULT_MAX_ITER}
 
 
-def probe(scorer, train, test, *, pooling: str | None = None, cs=SENTEVAL_CS, folds: int = FOLDS, seed: int = 0,
-          progress: Callable = no_progress) -> dict:
-    """The SentEval probe of ``scorer``'s frozen embeddings on LabelledData ``train`` / ``test``."""
+def probe(scorer, train, test, *, pooling: str | None = None, validation=None, cs=SENTEVAL_CS, folds: int = FOLDS,
+          seed: int = 0, standardize: bool = True, progress: Callable = no_progress) -> dict:
+    """The SentEval probe of ``scorer``'s frozen embeddings on LabelledData ``train`` / ``test``
+    (and ``validation``, which then chooses C); ``probe_embeddings``' numbers plus the pooling and
+    how many texts were cut to the model's context while embedding."""
     pooling = pooling or default_pooling(scorer)
+    truncated = getattr(scorer, "truncated", 0)
     x_train = embed(scorer, train.texts, pooling, progress=progress, desc="probe: train embeddings")
     x_test = embed(scorer, test.texts, pooling, progress=progress, desc="probe: test embeddings")
-    result = probe_embeddings(x_train, train.labels, x_test, test.labels, len(train.label_names), cs=cs,
-                              folds=folds, seed=seed)
-    return {**result, "pooling": pooling}
+    x_val = None if validation is None else embed(scorer, validation.texts, pooling, progress=progress,
+                                                  desc="probe: validation embeddings")
+    result = probe_embeddings(x_train, train.labels, x_test, test.labels, len(train.label_names),
+                              x_validation=x_val, y_validation=None if validation is None else validation.labels,
+                              cs=cs, folds=folds, seed=seed, standardize=standardize)
+    return {**result, "pooling": pooling, "truncated": int(getattr(scorer, "truncated", 0) - truncated)}
+
+
+# ---------------------------------------------------------------------- zero-shot
+
+
+def _require_causal(scorer, what: str, instead: str) -> None:
+    if scorer.is_decoder:
+        return
+    kind = "an encoder-decoder" if scorer.is_encoder_decoder else "an encoder"
+    raise LmprobeError(f"{what} needs a causal language model; {type(scorer.model).__name__} is {kind}: {instead}")
+
+
+def label_scores(scorer, texts: Sequence[str], label_words: Sequence[str], *, template: str = TEMPLATES["review"],
+                 max_chars: int | None = None, progress: Callable = no_progress) -> np.ndarray:
+    """[len(texts), len(label_words)]: ln p(" word" | template with the text), summed over the
+    word's tokens. ``max_chars`` cuts each text first (``cut``); a prompt that still does not fit
+    the model's context is an error (the engine would cut its end, the label word's place)."""
+    _require_causal(scorer, "zero-shot classification", "probe its embeddings with realtask.probe")
+    if "{text}" not in template:
+        raise LmprobeError(f"template {template!r} has no {{text}} placeholder")
+    texts = [cut(t, max_chars) for t in texts] if max_chars else list(texts)
+    prompts = [template.replace("{text}", t) for t in texts]
+    tok = scorer.tokenizer
+    longest_word = max(len(tok(" " + w, add_special_tokens=False)["input_ids"]) for w in label_words)
+    lengths = [len(ids) + longest_word for ids in tok(prompts)["input_ids"]] if prompts else []
+    too_long = [i for i, n in enumerate(lengths) if n > scorer.max_length]
+    if too_long:
+        raise LmprobeError(f"{len(too_long)} zero-shot prompts (text {too_long[0]} the first, {lengths[too_long[0]]} "
+                           f"tokens with its label word) do not fit the model's context of {scorer.max_length} "
+                           "tokens: pass max_chars to cut the texts")
+    return icl.label_log_probs(scorer, prompts, list(label_words), progress=progress, desc="zero-shot prompts")
 
 
 def zero_shot(scorer, data, *, template: str = TEMPLATES["review"], label_words: Sequence[str] | None = None,
-              progress: Callable = no_progress) -> dict:
-    """Zero-shot label-word classification of LabelledData ``data`` by a decoder."""
-    if not scorer.is_decoder:
-        raise LmprobeError("zero-shot label-word accuracy needs a causal LM: for an encoder use the probe")
+              max_chars: int | None = None, progress: Callable = no_progress) -> dict:
+    """Zero-shot accuracy of a decoder on LabelledData ``data``: the prediction is the label word
+    (one per class, by default the class names) with the highest log-probability after the prompt.
+    ``predicted_share``: how many texts got each class."""
     words = list(label_words or data.label_names)
     if len(words) != len(data.label_names):
         raise LmprobeError(f"{len(words)} label words {words} for {len(data.label_names)} classes "
                            f"{list(data.label_names)}: give one word per class")
-    prompts = [template.format(text=t) for t in data.texts]
-    scores = icl.label_log_probs(scorer, prompts, words, progress=progress, desc="zero-shot prompts")
+    if label_words is None and any(w.strip().isdigit() for w in words):
+        raise LmprobeError(f"the class names {words} are numbers, not words a model could answer: pass label_words")
+    scores = label_scores(scorer, data.texts, words, template=template, max_chars=max_chars, progress=progress)
     predictions = scores.argmax(-1)
-    return {"accuracy": float(np.mean(predictions == data.labels)),
-            "balanced_accuracy": balanced_accuracy(predictions, data.labels, len(words)),
-            "label_words": words, "template": template, "n": len(data.texts),
+    labels = np.asarray(data.labels)
+    return {"accuracy": float(np.mean(predictions == labels)),
+            "balanced_accuracy": balanced_accuracy(predictions, labels, len(words)),
+            "label_words": words, "template": template, "n": len(data.texts), "max_chars": max_chars,
             "predicted_share": np.bincount(predictions, minlength=len(words)).tolist()}
 
 
+# ---------------------------------------------------------------------- perplexity
+
+
 def cut(text: str, max_chars: int) -> str:
-    """``text`` cut to at most ``max_chars`` characters, at the last whitespace before the limit."""
+    """``text`` with runs of whitespace made single spaces, then cut to at most ``max_chars``
+    characters at the last space within the limit (mid-word only for a longer first word)."""
     text = " ".join(text.split())
     if len(text) <= max_chars:
         return text
@@ -108,22 +186,51 @@ def cut(text: str, max_chars: int) -> str:
     return head[:head.rfind(" ")] if " " in head else text[:max_chars]
 
 
+def start_tokens(tokenizer) -> list[int]:
+    """What the first text token is predicted after: the tokenizer's own start tokens where it adds
+    some (Llama's and Gemma's <s> / <bos>, OPT's </s>); else the document separator <|endoftext|>
+    of GPT-2-style pretraining (GPT-2, Pythia, Qwen, SmolLM2); else BOS; else EOS."""
+    plain, full = tokenizer("a", add_special_tokens=False)["input_ids"], tokenizer("a")["input_ids"]
+    k = len(full) - len(plain)
+    if k > 0 and full[k:] == plain:
+        return list(full[:k])
+    if DOCUMENT_SEPARATOR in tokenizer.get_vocab():
+        return [tokenizer.convert_tokens_to_ids(DOCUMENT_SEPARATOR)]
+    for token in (tokenizer.bos_token_id, tokenizer.eos_token_id):
+        if token is not None:
+            return [token]
+    raise LmprobeError("the tokenizer has no start, <|endoftext|>, BOS or EOS token to predict the first token after")
+
+
 def perplexity(scorer, texts: Sequence[str], *, max_chars: int = 1500, progress: Callable = no_progress) -> dict:
-    """Held-out language modelling of a decoder: NLL per token (perplexity) and per byte (bits per byte)."""
-    if not scorer.is_decoder:
-        raise LmprobeError("perplexity needs a causal LM: an encoder has no next-token distribution")
-    tok = scorer.tokenizer
-    start = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
-    if start is None:
-        raise LmprobeError("the tokenizer has neither a BOS nor an EOS token to predict the first token after")
-    texts = [cut(t, max_chars) for t in texts if t.strip()]
-    if not texts:
+    """Held-out language modelling of a decoder.
+
+    Each non-empty text is cut (``cut``) to at most ``max_chars`` characters, tokenized without
+    special tokens and scored after ``start_tokens``: every text token is predicted, none of the
+    start tokens. A text longer than the model's context is an error (lower max_chars), never
+    silently truncated. Reported: the total NLL (nats), per-token NLL and perplexity, and
+    bits per byte = total NLL / ln 2 / total UTF-8 bytes of the cut texts. Tokenizers differ
+    across models, so per-token numbers do not compare models; bits per byte does (all models
+    predict the same bytes)."""
+    _require_causal(scorer, "perplexity", "an encoder has no next-token distribution")
+    shown = [cut(t, max_chars) for t in texts if t.strip()]
+    if not shown:
         raise LmprobeError("no text to compute perplexity on: pass non-empty texts")
-    ids = [[start, *tok(t, add_special_tokens=False)["input_ids"]] for t in texts]
-    chunks = range(0, len(ids), EMBED_CHUNK)
-    nll = sum(float(-np.sum(lp)) for s in progress(chunks, desc="perplexity", total=len(chunks))
-              for lp in scorer.score(ids[s:s + EMBED_CHUNK]).token_logprobs)
-    tokens = sum(len(i) - 1 for i in ids)
-    n_bytes = sum(len(t.encode("utf-8")) for t in texts)
-    return {"perplexity": math.exp(nll / tokens), "nll_per_token": nll / tokens,
-            "bits_per_byte": nll / math.log(2) / n_bytes, "tokens": tokens, "bytes": n_bytes, "texts": len(texts)}
+    tok = scorer.tokenizer
+    start = start_tokens(tok)
+    ids = [start + list(i) for i in tok(shown, add_special_tokens=False)["input_ids"]]
+    longest = max(range(len(ids)), key=lambda i: len(ids[i]))
+    if len(ids[longest]) > scorer.max_length:
+        raise LmprobeError(f"text {longest} has {len(ids[longest])} tokens after max_chars={max_chars}, more than the "
+                           f"model's context of {scorer.max_length}: lower max_chars")
+    chunks = range(0, len(ids), SCORE_CHUNK)
+    nll = 0.0
+    for s in progress(chunks, desc="perplexity", total=len(chunks)):
+        for lp in scorer.score(ids[s:s + SCORE_CHUNK]).token_logprobs:
+            nll -= float(np.sum(lp[len(start) - 1:], dtype=np.float64))  # the text's tokens only
+    tokens = sum(len(i) - len(start) for i in ids)
+    n_bytes = sum(len(t.encode("utf-8")) for t in shown)
+    return {"bits_per_byte": nll / math.log(2) / n_bytes, "perplexity": math.exp(nll / tokens),
+            "nll_per_token": nll / tokens, "nll": nll, "tokens": tokens, "bytes": n_bytes, "texts": len(shown),
+            "cut": sum(len(" ".join(t.split())) > max_chars for t in texts if t.strip()),
+            "max_chars": max_chars, "start_tokens": tok.convert_ids_to_tokens(start)}

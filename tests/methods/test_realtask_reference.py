@@ -45,6 +45,21 @@ def test_probe_matches_an_sklearn_grid_search_on_the_same_folds():
     assert got["accuracy"] == pytest.approx(search.score(x[test], y[test]), abs=1e-9)
 
 
+def test_probe_with_a_validation_split_chooses_c_by_sklearns_validation_accuracy():
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(200, 40))
+    y = (x[:, :5].sum(1) + 2 * rng.normal(size=200) > 0).astype(int)  # few rows per feature: C matters
+    train, val, test = slice(0, 100), slice(100, 150), slice(150, None)
+    got = realtask.probe_embeddings(x[train], y[train], x[test], y[test], 2, x_validation=x[val], y_validation=y[val])
+    fits = [make_pipeline(StandardScaler(), LogisticRegression(C=c, tol=1e-10, max_iter=10_000)).fit(x[train], y[train])
+            for c in realtask.SENTEVAL_CS]
+    by_c = [f.score(x[val], y[val]) for f in fits]
+    assert got["selection"] == "validation split" and len(set(by_c)) > 1
+    assert got["cv_accuracy_by_c"] == pytest.approx(by_c, abs=1e-9)
+    assert got["c"] == realtask.SENTEVAL_CS[int(np.argmax(by_c))]
+    assert got["accuracy"] == pytest.approx(fits[int(np.argmax(by_c))].score(x[test], y[test]), abs=1e-9)
+
+
 def test_probe_refuses_a_class_too_small_for_the_folds():
     x, y = np.zeros((12, 2)), np.array([0] * 9 + [1] * 3)
     with pytest.raises(LmprobeError, match="at least 5 examples"):
@@ -70,8 +85,16 @@ def _torch_logprobs(model, ids) -> np.ndarray:
     return torch.log_softmax(logits, -1)[:-1].gather(-1, torch.tensor(ids[1:])[:, None])[:, 0].numpy()
 
 
+def test_the_start_token_is_the_one_each_model_was_trained_after():
+    from lmprobe.checkpoints.resolve import resolve
+
+    smollm2 = resolve("smollm2-135m").tokenizer()  # adds no BOS; its bos_token <|im_start|> is a chat token
+    assert smollm2.convert_ids_to_tokens(realtask.start_tokens(smollm2)) == ["<|endoftext|>"]
+
+
 def test_perplexity_is_the_nll_of_every_token_after_bos(pair):
     scorer, model, tok = pair
+    assert realtask.start_tokens(tok) == [tok.bos_token_id]  # a Llama tokenizer adds <s>
     texts = ["w5 w9 w17 w3", "w40 w41 w42 w43 w44 w45 w46 w47", "w100 w7 w7 w7"]
     got = realtask.perplexity(scorer, texts, max_chars=22)
     cut = [realtask.cut(t, 22) for t in texts]
@@ -95,3 +118,13 @@ def test_zero_shot_picks_the_label_word_torch_scores_highest(pair):
         expected.append(int(np.argmax(scores)))
     assert got["predicted_share"] == np.bincount(expected, minlength=2).tolist()
     assert got["accuracy"] == pytest.approx(np.mean(np.asarray(expected) == data.labels))
+
+
+def test_texts_too_long_for_the_context_are_refused_not_truncated(pair, monkeypatch):
+    scorer = pair[0]
+    monkeypatch.setattr(scorer, "max_length", 6)
+    long = "w1 w2 w3 w4 w5 w6 w7 w8"
+    with pytest.raises(LmprobeError, match="lower max_chars"):
+        realtask.perplexity(scorer, [long], max_chars=1000)
+    with pytest.raises(LmprobeError, match="pass max_chars"):
+        realtask.zero_shot(scorer, LabelledData([long], np.asarray([0]), ("w1", "w2"), "t"), template="{text}")
