@@ -59,7 +59,7 @@ class FrontEnd:
     output_dir: str = "runs/validate"  # results.json, scatter plots, per-model caches
     syntextbench_n: int = 1024  # SynTextBench sentences per level (train and test)
     syntextbench_levels: tuple[float, ...] = (0.0, 0.15, 0.3, 0.45, 0.6, 0.75, 0.9)  # SynTextBench levels p
-    synbench_n: int = 256  # SynBench samples per scale and split
+    synbench_n: int = 2048  # SynBench samples per scale and split (the paper's; must exceed the model's width)
     synbench_scales: tuple[float, ...] = (0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0, 3.0)  # SynBench class-mean scales
     byod_examples: int = 200  # BYOD examples per metric
     probe_train: int = 1000  # probe training sentences per dataset (a fixed sample of the train split)
@@ -132,7 +132,7 @@ def _stages(args, decoder: bool) -> dict:
     if "zero_shot" in args.tasks and decoder:
         out["zero_shot"] = dict(n=args.zero_shot_examples, conf=args.tweets_min_confidence, seed=args.seed)
     if "prose" in args.tasks and decoder:
-        out["prose"] = dict(texts=args.prose_texts, chars=args.prose_chars, seed=args.seed)
+        out["prose"] = dict(texts=args.prose_texts, chars=args.prose_chars, seed=args.seed, start="separator")
     return out
 
 
@@ -142,6 +142,11 @@ def _run_stage(stage: str, scorer, name: str, args, data: Data, cache_dir: str) 
         return {"syntextbench": syntextbench.run(scorer, syntextbench_config(args), model_name=name, tasks=data.tasks,
                                                  cache_dir=cache_dir, progress=progress).score}
     if stage == "synbench":
+        width = int(scorer.config.hidden_size)
+        if args.synbench_n <= width:
+            raise LmprobeError(f"--synbench_n={args.synbench_n} is not above {name}'s width {width}: the plug-in Bayes "
+                               "classifier then overfits its training split and SynBench-Score is 0 for any model "
+                               f"(even the identity); use --synbench_n={max(2048, 2 * width)}")
         config = synbench.Config(n=args.synbench_n, scales=tuple(args.synbench_scales), seed=args.seed,
                                  a_t=(SYNBENCH_A_T,), epsilons=(0.0, 0.2), batch_size=args.batch_size)
         result = synbench.run(synbench.scorer_representation(scorer, name), config, cache_dir=cache_dir,

@@ -22,6 +22,10 @@ Conventions (* marks a choice the paper leaves open):
   covariance formulas reproduce with ||mu|| -> mu^T w / ||w||_Sigma, ||w|| -> ||w||_Sigma.
 * Eigenvalues of the pooled covariance are kept above a relative cut (numpy.matrix_rank's
   d * eps_f32 * lambda_max), not the public code's absolute 1e-6, so units do not matter.
+* Finite samples: the representations' classifier is fitted on n samples (the raw reference is
+  exact), so the score is biased against wide representations. With n <= width it is 0 for any
+  model; the identity, 1 in the limit, scores 0.77 at width 384 and 0.25 at width 3072 with the
+  paper's n = 2048 (a_t 0.7, eps 0, scales 0.2..3). Compare models of similar width, or raise n.
 * Representations wider than the training split (e.g. the identity on image inputs) are
   first projected onto the span of the within-class-centred training rows, the support of the
   pooled covariance (App. C Remark): the same classifier, without a d x d array.

@@ -14,7 +14,7 @@ from lmprobe.data import labelled
 pytestmark = pytest.mark.skipif(not all(labelled.installed(n) for n in labelled.NAMED),
                                 reason="real labelled data not installed (README set-up: experiments.assets)")
 
-SMALL = ["--syntextbench_n=32", "--syntextbench_levels=0,0.5", "--synbench_n=16", "--synbench_scales=0.5,2",
+SMALL = ["--syntextbench_n=32", "--syntextbench_levels=0,0.5", "--synbench_n=80", "--synbench_scales=0.5,2",
          "--byod_examples=6", "--probe_train=40", "--probe_test=30", "--zero_shot_examples=12", "--prose_texts=3",
          "--prose_chars=200", "--bootstrap=50", "--batch_size=8", "--verbosity=warning"]
 
@@ -45,6 +45,15 @@ def test_every_proxy_against_every_task_and_a_rerun_computes_nothing(tiny_llama_
     again, _ = _run(tmp_path, models, capsys)  # every stage from the cache: same numbers, no new files
     assert [r["numbers"] for r in again["models"]] == [r["numbers"] for r in result["models"]]
     assert sorted(os.listdir(tmp_path / "models")) == cached
+
+
+def test_synbench_with_fewer_samples_than_dimensions_is_refused(tiny_llama_dir, tmp_path, capsys):
+    # n <= width: the plug-in classifier overfits and the score is 0 for any model, the identity included
+    argv = [f"--models={tiny_llama_dir},{tiny_llama_dir}@noise=0.1,{tiny_llama_dir}@noise=0.2", "--proxies=synbench",
+            "--tasks=probes", f"--output_dir={tmp_path}", *SMALL, "--synbench_n=64"]
+    with pytest.raises(SystemExit):
+        validate.main(argv)
+    assert "--synbench_n=64 is not above" in capsys.readouterr().err
 
 
 def test_bad_flags_fail_before_any_model_loads(tmp_path, capsys):
