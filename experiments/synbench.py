@@ -1,6 +1,6 @@
 """SynBench: robustness-accuracy of representations on synthetic class-conditional Gaussians.
 
-    python -m experiments.synbench --model=NAME [--eps=0,0.2,0.4,0.6,0.8 --a_t=0.6,0.7,0.8,0.9 --n=2048
+    python -m experiments.synbench --model=NAME [--eps=0,0.2,0.4,0.6,0.8 --a_t=0.6,0.7,0.75,0.8,0.85,0.9 --n=2048
                                    --covariance=identity|band --prior=0.5 --norm=2 --output_dir=runs/synbench]
     lmprobe synbench --model=google/vit-base-patch16-224 --dtype=bfloat16 --scales=reference --eps=0,0.4
 

@@ -51,7 +51,7 @@ from lmprobe.methods import Ticker, model_key, no_progress
 from lmprobe.report.artifacts import cache_key, cached, join
 
 PAPER_EPSILONS = (0.0, 0.2, 0.4, 0.6, 0.8)
-PAPER_THRESHOLDS = (0.6, 0.7, 0.8, 0.9)
+PAPER_THRESHOLDS = (0.6, 0.7, 0.75, 0.8, 0.85, 0.9)  # Tables 3, 5, 7, 8
 NORMS = (1.0, 2.0, math.inf)
 DEFAULT_SEQ_LEN = 8  # tokens per Gaussian "sentence" fed to a language model (* not in the paper)
 CURVE_GRID = tuple(float(a) for a in np.linspace(0.5, 1.0, 201))

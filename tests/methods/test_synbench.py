@@ -35,7 +35,7 @@ def identity_result():
 
 def test_identity_scores_about_one_at_every_threshold(identity_result):
     at_zero = [r["score"] for r in identity_result.scores if r["eps"] == 0]
-    assert len(at_zero) == 4
+    assert len(at_zero) == len(synbench.PAPER_THRESHOLDS) == 6  # the tables: 0.6, 0.7, 0.75, 0.8, 0.85, 0.9
     np.testing.assert_allclose(at_zero, 1.0, atol=0.03)
     # relative budgets leave an isotropic problem's classifier unchanged: ~1 for every eps
     np.testing.assert_allclose([r["score"] for r in identity_result.scores], 1.0, atol=0.03)
