@@ -21,7 +21,7 @@ import dataclasses
 
 from experiments import cli
 from experiments.cli import load_scorer, log, main_guard, output_dir, progress, say
-from lmprobe.data.labelled import DEFAULT, load_labelled, named_dataset
+from lmprobe.data.labelled import DEFAULT, evaluation_split, load_labelled
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import mstemp
 from lmprobe.methods.mstemp import filter as semantic_filter
@@ -75,7 +75,7 @@ def main(argv=None):
     config = method.make(args)
     config.check()
     data = load_labelled(args.dataset, text_column=args.text_column, label_column=args.label_column,
-                         split=args.split or ("test" if named_dataset(args.dataset) else "validation"),
+                         split=evaluation_split(args.dataset, args.split),
                          max_examples=args.max_examples, seed=args.seed)
     mstemp.check_data(data)
     if config.label_names and len(config.label_names) != len(data.label_names):

@@ -31,7 +31,7 @@ import dataclasses
 
 from experiments import cli
 from experiments.cli import log, main_guard, output_dir, progress, say
-from lmprobe.data.labelled import DEFAULT, load_labelled, named_dataset
+from lmprobe.data.labelled import DEFAULT, evaluation_split, load_labelled, named_dataset
 from lmprobe.errors import LmprobeError
 from lmprobe.methods.scope import capabilities, metrics, models, training, variants
 from lmprobe.methods.scope import run as scope_run
@@ -54,7 +54,7 @@ class FrontEnd:
     train_dataset: str | None = None  # training data of fine-tuned heads (none: from --dataset)
     text_column: str = "text"  # text column of the dataset
     label_column: str = "label"  # label column of the dataset
-    split: str = "test"  # base-sample split of named and tfds/hf datasets
+    split: str | None = None  # base-sample split (none: test of named datasets, validation of tfds / hf ones)
     max_examples: int = 200  # base samples (App. H: >= 50 give tight intervals)
     max_train: int = 2000  # training examples of fine-tuned heads and probes
     head: str = "auto"  # classifier: auto (decoders zero-shot, encoders finetune), finetune, probe, zero-shot
@@ -79,12 +79,13 @@ def build_parser():
 def _data(args):
     """(train, test) labelled data."""
     kw = dict(text_column=args.text_column, label_column=args.label_column, seed=args.seed)
+    split = evaluation_split(args.dataset, args.split)
     if args.train_dataset:
         return (load_labelled(args.train_dataset, max_examples=args.max_train, **kw),
-                load_labelled(args.dataset, split=args.split, max_examples=args.max_examples, **kw))
+                load_labelled(args.dataset, split=split, max_examples=args.max_examples, **kw))
     if named_dataset(args.dataset) or (args.dataset.startswith(("tfds:", "hf:")) and args.dataset.count(":") < 3):
         return (load_labelled(args.dataset, split="train", max_examples=args.max_train, **kw),
-                load_labelled(args.dataset, split=args.split, max_examples=args.max_examples, **kw))
+                load_labelled(args.dataset, split=split, max_examples=args.max_examples, **kw))
     data = load_labelled(args.dataset, **kw)
     train, test = data.split(0.2, seed=args.seed)
     return (train.subset(range(min(len(train), args.max_train))),

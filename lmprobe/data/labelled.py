@@ -87,6 +87,14 @@ class LabelledData:
         return self.subset(np.sort(order[n_test:])), self.subset(np.sort(order[:n_test]))
 
 
+def evaluation_split(spec: str | None, split: str | None = None) -> str:
+    """``split``, else the labelled held-out split of ``spec``: 'test' of named datasets and files,
+    'validation' of tfds / hf ones (GLUE's test splits are unlabelled)."""
+    if split:
+        return split
+    return "validation" if (spec or "").startswith(("tfds:", "hf:")) else "test"
+
+
 def load_labelled(spec: str | None = None, *, text_column: str = "text", label_column: str = "label",
                   split: str = "train", max_examples: int | None = None, seed: int = 0,
                   min_confidence: float | None = None) -> LabelledData:
@@ -109,7 +117,9 @@ def load_labelled(spec: str | None = None, *, text_column: str = "text", label_c
     else:
         data = _file(spec, text_column, label_column)
     if not len(data):
-        raise LmprobeError(f"dataset '{spec}' has no labelled texts: give at least one row with "
+        hint = (f" (split '{split}' may be unlabelled, as GLUE's test splits are: try split validation)"
+                if spec.startswith(("tfds:", "hf:")) else "")
+        raise LmprobeError(f"dataset '{spec}' has no labelled texts{hint}: give at least one row with "
                            f"a '{text_column}' and a '{label_column}'")
     if max_examples is not None and len(data) > max_examples:
         data = data.subset(np.arange(max_examples))
@@ -210,7 +220,8 @@ def _tfds(spec: str, text_column: str, label_column: str, split: str) -> Labelle
         if isinstance(label, bytes):
             label = label.decode("utf-8")
         labels.append(label.item() if hasattr(label, "item") else label)
-    return _from_rows(texts, labels, spec, tuple(names) if names else None)
+    kept = [i for i, y in enumerate(labels) if y != -1]  # GLUE test splits: label -1
+    return _from_rows([texts[i] for i in kept], [labels[i] for i in kept], spec, tuple(names) if names else None)
 
 
 def _hf(spec: str, text_column: str, label_column: str, split: str) -> LabelledData:

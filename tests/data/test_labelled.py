@@ -21,6 +21,42 @@ from lmprobe.errors import LmprobeError
 REAL_PANG_LEE = data_assets.ASSETS["pang-lee"]  # the real pins, before any test replaces them
 
 
+def _glue_sst2(calls):
+    """Fake tfds and datasets modules serving GLUE SST-2's layout: the test split's labels are -1."""
+    import types
+
+    rows = {"validation": (["a fine film", "a dull film"], [1, 0]), "test": (["unseen", "unseen too"], [-1, -1])}
+    label = types.SimpleNamespace(names=["negative", "positive"])
+    tfds = types.ModuleType("tensorflow_datasets")
+    tfds.load = lambda name, split, with_info: calls.append(split) or (
+        [{"sentence": t.encode(), "label": np.int64(y)} for t, y in zip(*rows[split])],
+        types.SimpleNamespace(features={"sentence": None, "label": label}))
+    tfds.as_numpy = iter
+
+    class Split(dict):
+        column_names = ["sentence", "label"]
+        features = {"label": label}
+
+    datasets = types.ModuleType("datasets")
+    datasets.load_dataset = lambda name, config, split: calls.append(split) or Split(
+        sentence=rows[split][0], label=rows[split][1])
+    return {"tensorflow_datasets": tfds, "datasets": datasets}
+
+
+def test_glue_test_splits_are_unlabelled_so_evaluation_defaults_to_validation(monkeypatch):
+    calls = []
+    for name, module in _glue_sst2(calls).items():
+        monkeypatch.setitem(sys.modules, name, module)
+    for spec in ("tfds:glue/sst2", "hf:glue:sst2"):
+        split = labelled.evaluation_split(spec)
+        data = load_labelled(spec, split=split, text_column="sentence")
+        assert split == calls[-1] == "validation" and data.labels.tolist() == [1, 0]
+        assert data.label_names == ("negative", "positive")
+        with pytest.raises(LmprobeError, match="split 'test' may be unlabelled"):
+            load_labelled(spec, split="test", text_column="sentence")
+    assert labelled.evaluation_split("rt-polarity") == "test" and labelled.evaluation_split("hf:x", "dev") == "dev"
+
+
 def test_tsv_with_string_labels(tmp_path):
     path = tmp_path / "d.tsv"
     path.write_text("sentence\tlabel\ngood film\tpos\nbad film\tneg\nfine\tpos\n")

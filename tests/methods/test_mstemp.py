@@ -202,7 +202,7 @@ def test_fair_accuracy_draws_n_of_the_generated_samples():
 
 @pytest.mark.parametrize("argv, expected", [
     ([], ("rt-polarity", "test")),  # the default seeds: rt-polarity's test split
-    (["--dataset=offline-sentiment"], ("offline-sentiment", "validation")),
+    (["--dataset=offline-sentiment"], ("offline-sentiment", "test")),  # one split: the name is unused
     (["--dataset=tfds:glue/sst2"], ("tfds:glue/sst2", "validation")),
     (["--dataset=tweets-sentiment@0.8", "--split=validation"], ("tweets-sentiment@0.8", "validation")),
 ])

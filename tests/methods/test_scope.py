@@ -140,6 +140,15 @@ def test_variants(scorer):
         variants.split_name("m@fp4")
 
 
+def test_glue_sst2_base_samples_come_from_its_labelled_validation_split(monkeypatch):
+    asked = []
+    monkeypatch.setattr(front_end, "load_labelled", lambda spec, split, **kw: asked.append((spec, split)))
+    for argv, split in ((["--dataset=hf:glue:sst2"], "validation"), (["--dataset=tfds:glue/sst2"], "validation"),
+                        (["--dataset=hf:glue:sst2", "--split=test"], "test")):
+        front_end._data(front_end.build_parser()[0].parse_args(argv))
+        assert asked[-2:] == [(argv[0].split("=")[1], "train"), (argv[0].split("=")[1], split)]
+
+
 def test_the_default_dataset_is_rt_polarity_train_and_test_splits(pang_lee):  # noqa: F811
     args = front_end.build_parser()[0].parse_args(["--max_examples=10"])
     train, test = front_end._data(args)
