@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from lmprobe.errors import LmprobeError
 from lmprobe.methods import no_progress
 
 INSTRUCTION = "Answer the sentiment of the following review, either Positive or Negative.\n\n"
@@ -26,20 +27,29 @@ def prompt(demonstrations: Sequence[tuple[str, int]], query: str, instruction: s
 def label_log_probs(scorer, prompts: Sequence[str], words: Sequence[str], *, progress: Callable = no_progress,
                     desc: str = "in-context prompts") -> np.ndarray:
     """[len(prompts), len(words)]: ln p(" word" | prompt), summed over the word's tokens; the
-    prompts run CHUNK at a time through ``progress``."""
-    tok = scorer.tokenizer
-    word_ids = [tok(" " + w, add_special_tokens=False)["input_ids"] for w in words]
+    prompts run CHUNK at a time through ``progress``.
+
+    The word's tokens are those of prompt + " " + word tokenized together, after the prompt's own
+    tokens (lm-eval-harness's rule): tokenized alone, " word" can start with a stray space token
+    (SentencePiece), which the model never reads in that place."""
     starts = range(0, len(prompts), CHUNK)
-    out = [_chunk_log_probs(scorer, tok(list(prompts[s:s + CHUNK]))["input_ids"], word_ids)
+    out = [_chunk_log_probs(scorer, list(prompts[s:s + CHUNK]), list(words))
            for s in progress(starts, desc=desc, total=len(starts))]
     return np.concatenate(out) if out else np.zeros((0, len(words)))
 
 
-def _chunk_log_probs(scorer, prompt_ids, word_ids) -> np.ndarray:
-    seqs = [p + w for p in prompt_ids for w in word_ids]
+def _chunk_log_probs(scorer, prompts: list[str], words: list[str]) -> np.ndarray:
+    tok = scorer.tokenizer
+    prompt_lengths = [len(ids) for ids in tok(prompts)["input_ids"]]
+    seqs = tok([p + " " + w for p in prompts for w in words])["input_ids"]
+    counts = [len(seq) - prompt_lengths[i // len(words)] for i, seq in enumerate(seqs)]
+    if min(counts, default=1) < 1:
+        i = counts.index(min(counts))
+        raise LmprobeError(f"label word {words[i % len(words)]!r} adds no token to prompt {i // len(words)}: "
+                           "the tokenizer merges it into the prompt's end; end the prompt with a separator")
     scores = scorer.score(seqs).token_logprobs
-    out = np.asarray([s[len(s) - len(word_ids[i % len(word_ids)]):].sum() for i, s in enumerate(scores)])
-    return out.reshape(len(prompt_ids), len(word_ids))
+    out = np.asarray([s[len(s) - k:].sum() for s, k in zip(scores, counts)])
+    return out.reshape(len(prompts), len(words))
 
 
 def icl_accuracies(scorer, tasks: Sequence[tuple[Sequence[str], Sequence[int], Sequence[tuple[str, int]]]], *,
