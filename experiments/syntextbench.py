@@ -1,7 +1,7 @@
 """SynTextBench: robustness-accuracy of sentence embeddings on synthetic sentiment tasks.
 
     python -m experiments.syntextbench [--model=NAME[,NAME...]] [--n=8192 --a_t=0.7 --lexicon=sentiwordnet
-                                        --output_dir=runs/syntextbench --seed=0]
+                                        --output_dir=runs/syntextbench --seed=0 --trials=3]
     lmprobe syntextbench --model=minilm-l6 --model=smollm2-135m --levels=0,0.2,0.4 --no_baselines
     lmprobe syntextbench --config=syntextbench.yaml --n=4096
 
@@ -29,6 +29,7 @@ DEFAULT_MODEL = "minilm-l6"
 class FrontEnd:
     model: tuple[str, ...] = (DEFAULT_MODEL,)  # models: local HF dir, hub id, alias, .gguf, smollm2-135m, minilm-l6
     output_dir: str = "runs/syntextbench"  # results.json, plots and the embedding cache
+    trials: int = 1  # repeats with seeds seed, seed+1, ...: the score is their mean (the paper: 3 trials, mean +- std)
 
 
 def build_parser():
@@ -50,9 +51,15 @@ def _summary(result: dict) -> str:
     base = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                      for k, v in result["baselines"].items())
     timings = ", ".join(f"{k} {v:.1f} s" for k, v in result["timings_s"].items())
-    return "\n".join([f"== {result['model']}: SynTextBench score {result['score']:.4f} "
-                      f"(a_T = {result['a_t']}, n = {result['n']})", *rows,
-                      f"baselines: {base or 'off'}", f"time: {timings}"])
+    sweep = ", ".join(f"{a}: {v:.4f}" for a, v in result["scores_by_a_t"].items())
+    head = f"== {result['model']}: SynTextBench score {result['score']:.4f}"
+    if "trials" in result:
+        t = result["trials"]
+        head += f" +- {t['score']['std']:.4f} (mean +- std of {t['trials']} trials, seeds {t['seeds']})"
+        sweep = ", ".join(f"{a}: {v['mean']:.4f}" for a, v in t["scores_by_a_t"].items())
+    icl_mean = f"; mean in-context accuracy {result['icl_accuracy_mean']:.3f}" if result["icl_accuracy_mean"] else ""
+    return "\n".join([f"{head} (a_T = {result['a_t']}, n = {result['n']})", *rows,
+                      f"score by a_T: {sweep}{icl_mean}", f"baselines: {base or 'off'}", f"time: {timings}"])
 
 
 @main_guard
@@ -61,8 +68,9 @@ def main(argv=None):
     p, method = build_parser()
     args = run.parse(p)
     config = method.make(args)
-    tasks = syntextbench.build_tasks(config)  # bad settings and lexicons fail before any model loads
-    lists = tasks.lists
+    configs = syntextbench.trial_configs(config, args.trials)
+    trial_tasks = [syntextbench.build_tasks(c) for c in configs]  # bad settings and lexicons fail before any model
+    lists = trial_tasks[0].lists
     run_dir = output_dir(args.output_dir)  # before any model work: a directory we cannot write fails now
     log.info(f"lexicon {config.lexicon}: {len(lists.positive)} positive, {len(lists.negative)} negative, "
              f"{len(lists.neutral)} neutral words; {len(config.levels)} levels x {config.n} sentences")
@@ -70,8 +78,12 @@ def main(argv=None):
     results = []
     for name in args.model:
         scorer = run.loaded(name, load_scorer(args, name))
-        result = syntextbench.run(scorer, config, model_name=name, tasks=tasks,
-                                  cache_dir=join(run_dir, "cache"), progress=progress).to_json()
+        trials = [syntextbench.run(scorer, c, model_name=name, tasks=tasks, cache_dir=join(run_dir, "cache"),
+                                   progress=progress) for c, tasks in zip(configs, trial_tasks)]
+        result = trials[0].to_json()  # levels, baselines and plots: the first trial's
+        if len(trials) > 1:
+            result["trials"] = syntextbench.summarize_trials(trials)
+            result["score"] = result["trials"]["score"]["mean"]
         result["truncated_inputs"] = scorer.truncated
         out = run_dir if len(args.model) == 1 else join(run_dir, _slug(name))
         run.write(join(out, "results.json"), result, names=[name])

@@ -28,6 +28,7 @@ from lmprobe.report.artifacts import cache_key, cached, cached_json, join
 # The paper does not print its a_T. 0.7 keeps levels whose linear accuracy is clearly above
 # chance and yields scores of the paper's order (0.1-0.2) for sentence encoders.
 DEFAULT_A_T = 0.7
+A_T_SWEEP = (0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9)  # thresholds reported beside a_t: the choice shows
 CACHE_VERSION = 2  # 2: keys hold the model's identity (checkpoint digest, dtype) and the sentences themselves
 EMBED_CHUNK = 2048  # sentences per engine call: one step of the progress bar
 
@@ -41,6 +42,7 @@ class Config:
     p_e: float = synthetic.DEFAULT_P_E  # <eos> probability (Sec. 2.2)
     p_n: float = synthetic.DEFAULT_P_N  # repeat-an-unpaired-word share; 0 is the no-nesting ablation
     a_t: float = DEFAULT_A_T  # accuracy threshold of the score
+    a_t_sweep: tuple[float, ...] = A_T_SWEEP  # more thresholds, each scored from the same levels
     # mean, cls, last, first_last_avg; none: the paper's (encoders first_last_avg, decoders last)
     pooling: str | None = None
     energy: float = 0.99  # whitening: kept singular-value energy (Sec. 2.3)
@@ -52,8 +54,9 @@ class Config:
 
     def check(self) -> None:
         """Bad settings fail here, before any model is loaded."""
-        if not 0 < self.a_t < 1:
-            raise LmprobeError(f"a_t={self.a_t} must lie in (0, 1): it is the accuracy threshold of the score")
+        for a in (self.a_t, *self.a_t_sweep):
+            if not 0 < a < 1:
+                raise LmprobeError(f"a_t={a} must lie in (0, 1): it is an accuracy threshold of the score")
         bad = [p for p in self.levels if not 0 <= p <= 1]
         if bad or not self.levels:
             raise LmprobeError(f"difficulty levels {list(self.levels)} must be non-empty and in [0, 1]")
@@ -68,16 +71,46 @@ class Config:
 class Result:
     model: str
     score: float
+    scores_by_a_t: dict[str, float]  # a_t (as text) -> score, for config.a_t_sweep
     levels: list[dict]  # per level: p, accuracy, margin, feasibility[, icl_accuracy]
     baselines: dict
     timings: dict
     config: Config
 
+    @property
+    def icl_accuracy_mean(self) -> float | None:
+        """In-context accuracy averaged over the levels (decoders), None without it."""
+        values = [level["icl_accuracy"] for level in self.levels if "icl_accuracy" in level]
+        return float(np.mean(values)) if values else None
+
     def to_json(self) -> dict:
         return {"method": "syntextbench", "model": self.model, "score": self.score,
-                "a_t": self.config.a_t, "n": self.config.n, "levels": self.levels,
+                "a_t": self.config.a_t, "scores_by_a_t": self.scores_by_a_t, "n": self.config.n,
+                "seed": self.config.seed, "icl_accuracy_mean": self.icl_accuracy_mean, "levels": self.levels,
                 "baselines": self.baselines, "timings_s": self.timings,
                 "config": dataclasses.asdict(self.config)}
+
+
+def trial_configs(config: Config, trials: int) -> list[Config]:
+    """The configs of ``trials`` repeats: seeds seed, seed + 1, ... (new synthetic tasks each)."""
+    if trials < 1:
+        raise LmprobeError(f"trials={trials} must be at least 1 (the paper reports the mean of 3)")
+    return [dataclasses.replace(config, seed=config.seed + t) for t in range(trials)]
+
+
+def summarize_trials(results: list[Result]) -> dict:
+    """Mean and sample standard deviation (ddof 1; 0 for one trial) over repeated runs: the
+    score, the score at each swept a_t, and the mean in-context accuracy where there is one."""
+    def stats(values):
+        values = np.asarray(values, np.float64)
+        return {"mean": float(values.mean()), "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0}
+
+    out = {"trials": len(results), "seeds": [r.config.seed for r in results],
+           "score": stats([r.score for r in results]), "scores": [r.score for r in results],
+           "scores_by_a_t": {a: stats([r.scores_by_a_t[a] for r in results]) for a in results[0].scores_by_a_t}}
+    if results[0].icl_accuracy_mean is not None:
+        out["icl_accuracy_mean"] = stats([r.icl_accuracy_mean for r in results])
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,7 +154,9 @@ def run(scorer, config: Config, *, model_name: str, cache_dir: str | None = None
                                                    jnp.asarray(np.stack(test)), jnp.asarray(y_test),
                                                    energy=config.energy)
     accuracy, margin = np.asarray(summary.accuracy), np.asarray(summary.mean_scaled_margin)
-    score = float(kernels.syntextbench_score(jnp.asarray(accuracy), jnp.asarray(margin), config.a_t))
+    thresholds = jnp.asarray((config.a_t, *config.a_t_sweep), jnp.float32)[:, None]
+    scores = np.asarray(kernels.syntextbench_score(jnp.asarray(accuracy), jnp.asarray(margin), thresholds)).reshape(-1)
+    score, scores_by_a_t = float(scores[0]), {f"{a:g}": float(v) for a, v in zip(config.a_t_sweep, scores[1:])}
     timings["scoring"] = time.perf_counter() - start
 
     levels = [{"p": p, "accuracy": float(a), "margin": float(m),
@@ -145,7 +180,7 @@ def run(scorer, config: Config, *, model_name: str, cache_dir: str | None = None
                 x, y, steps=config.baseline_steps, seed=config.seed, progress=progress,
                 desc=f"{model_name}: loss-data baselines"))})
         timings["baselines"] = time.perf_counter() - start
-    return Result(model_name, score, levels, baselines, timings, config)
+    return Result(model_name, score, scores_by_a_t, levels, baselines, timings, config)
 
 
 def default_pooling(scorer) -> str:

@@ -9,6 +9,7 @@ from scipy.stats import norm
 from experiments import syntextbench as front_end
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import syntextbench
+from tests.engine.conftest import tiny_llama_dir  # noqa: F401
 
 SMALL = dict(n=256, levels=(0.0, 0.2, 0.5, 0.95), baselines=False, icl_examples=0)
 
@@ -40,8 +41,26 @@ def test_gaussian_embeddings_give_the_closed_form_accuracy():
         assert level["accuracy"] == pytest.approx(norm.cdf(s), abs=0.03)
     acc = np.array([lv["accuracy"] for lv in result.levels])
     margin = np.array([lv["margin"] for lv in result.levels])
-    exact = np.sum(margin * np.clip(acc - config.a_t, 0, None)) / len(acc)
-    assert result.score == pytest.approx(exact, rel=1e-5)
+    exact = lambda a_t: np.sum(margin * np.clip(acc - a_t, 0, None)) / len(acc)  # noqa: E731
+    assert result.score == pytest.approx(exact(config.a_t), rel=1e-5)
+    assert list(result.scores_by_a_t) == [f"{a:g}" for a in syntextbench.A_T_SWEEP]
+    for a in syntextbench.A_T_SWEEP:
+        assert result.scores_by_a_t[f"{a:g}"] == pytest.approx(exact(a), rel=1e-5, abs=1e-7)
+
+
+def test_trials_redraw_the_tasks_and_report_mean_and_std():
+    results = []
+    for config in syntextbench.trial_configs(syntextbench.Config(**SMALL, seed=5), 3):
+        tasks = syntextbench.build_tasks(config)
+        results.append(syntextbench.run(GaussianScorer(tasks, 1.0), config, model_name="g", tasks=tasks))
+    summary = syntextbench.summarize_trials(results)
+    scores = [r.score for r in results]
+    assert summary["seeds"] == [5, 6, 7] and summary["scores"] == scores and len(set(scores)) == 3
+    assert summary["score"] == {"mean": pytest.approx(np.mean(scores)), "std": pytest.approx(np.std(scores, ddof=1))}
+    assert summary["scores_by_a_t"]["0.7"]["mean"] == pytest.approx(np.mean(scores))  # a_t 0.7 is in the sweep
+    assert "icl_accuracy_mean" not in summary  # an encoder has none
+    with pytest.raises(LmprobeError, match="trials=0"):
+        syntextbench.trial_configs(syntextbench.Config(**SMALL), 0)
 
 
 def test_no_nesting_ablation_changes_only_the_sentences():
@@ -56,6 +75,20 @@ def test_bad_settings_fail_before_any_model():
                        (dict(n=4), "n=4"), (dict(lexicon="no-such-lexicon"), "no-such-lexicon")):
         with pytest.raises(LmprobeError, match=match):
             syntextbench.build_tasks(syntextbench.Config(**{**SMALL, **bad}))
+
+
+def test_front_end_trials_report_mean_std_sweep_and_mean_icl(tiny_llama_dir, tmp_path, capsys):  # noqa: F811
+    front_end.main([f"--model={tiny_llama_dir}", "--n=96", "--levels=0,0.5", "--no_baselines", "--icl_examples=4",
+                    "--trials=2", "--batch_size=8", f"--output_dir={tmp_path}"])
+    result = json.loads((tmp_path / "results.json").read_text())
+    trials = result["trials"]
+    assert trials["trials"] == 2 and trials["seeds"] == [0, 1]
+    assert result["score"] == pytest.approx(np.mean(trials["scores"]))
+    assert trials["score"]["std"] == pytest.approx(np.std(trials["scores"], ddof=1))
+    icl = [level["icl_accuracy"] for level in result["levels"]]
+    assert result["icl_accuracy_mean"] == pytest.approx(np.mean(icl)) and "icl_accuracy_mean" in trials
+    assert set(result["scores_by_a_t"]) == {f"{a:g}" for a in syntextbench.A_T_SWEEP}
+    assert "mean +- std of 2 trials" in capsys.readouterr().out
 
 
 @pytest.mark.slow
