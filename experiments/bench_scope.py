@@ -78,7 +78,7 @@ def main(argv=None):
     path = embedded_path("minilm-l6")
     torch_model, tokenizer = BertModel.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
     for name in args.capability.split(","):
-        capability = capabilities.get(name)
+        capability = capabilities.get(name, max_words=1)  # the reference search changes one word
         search(model, warm, capability, trials=1)  # compile the buckets
         start = time.perf_counter()
         ours = search(model, texts, capability, trials=1)

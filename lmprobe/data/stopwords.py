@@ -12,11 +12,18 @@ vocabulary in the LM-generated variant of A.2. The paper does NOT say that stop 
 removed from the SentiWordNet word lists: its counts (23147 / 26440 / 154993) are reproduced
 without removal (see lexicons.py), so word_lists() keeps them and remove_stopwords() is offered
 to callers that want stop-word-free lists or corpora.
+
+Other methods name their list through ``STOP_LISTS`` / ``stop_list``: 'a6' (this list, the
+default of the functions below, SynTextBench's) and 'nltk' (NLTK's 179 English stop words,
+nltk_stopwords.py; the SCoPE reference's, lmprobe.perturb.constraints' default).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+
+from lmprobe.data.nltk_stopwords import ENGLISH as NLTK_STOP_WORDS
+from lmprobe.errors import LmprobeError
 
 # Appendix A.6 as printed, in order, repeats included (two groups: 87 and 197 entries).
 PRINTED = tuple("""
@@ -46,10 +53,22 @@ PRINTED = tuple("""
 
 STOP_WORDS: frozenset[str] = frozenset(PRINTED)  # 271 distinct words
 
+STOP_LISTS = ("a6", "nltk")  # SynTextBench A.6 (this module); NLTK English (nltk_stopwords.py)
 
-def is_stopword(word: str) -> bool:
-    """Whether a word (any case) is in the A.6 list."""
-    return word.lower() in STOP_WORDS
+
+def stop_list(name: str = "a6") -> frozenset[str]:
+    """The named stop-word list (lower case): 'a6' or 'nltk' (module docstring)."""
+    if name == "a6":
+        return STOP_WORDS
+    if name == "nltk":
+        return NLTK_STOP_WORDS
+    raise LmprobeError(f"unknown stop-word list '{name}': use one of {', '.join(STOP_LISTS)}")
+
+
+def is_stopword(word: str, name: str = "a6") -> bool:
+    """Whether a word (any case; a typographic apostrophe counts as ') is in the named list,
+    A.6 by default."""
+    return word.lower().replace("\u2019", "'") in stop_list(name)
 
 
 def remove_stopwords(words: Iterable[str]) -> list[str]:

@@ -5,6 +5,11 @@ Synonym- and Typo-Invariance leave alone stop words (case-insensitive: "The" is 
 word as "the"; the reference checked case-sensitively), words shorter than four characters, and
 words already perturbed. Fairness (App. C) adopts no constraint beyond the last one.
 
+The stop words are NLTK's English list by default (179 words, lmprobe.data.nltk_stopwords), the
+list the SCoPE reference code filters with; ``Constraints(stopwords="a6")`` names SynTextBench's
+A.6 list instead (271 words; it also blocks "make", "give", "really", "show", ... and lets
+"don't" or "isn't" through). Apostrophes count as one: "don’t" is "don't".
+
 Words are the ``lmprobe.perturb.text.WORD`` runs of a text (letters and digits with internal
 apostrophes / hyphens); spacing and punctuation between them never change.
 """
@@ -14,10 +19,12 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-from lmprobe.data.stopwords import is_stopword
+from lmprobe.data.stopwords import STOP_LISTS, is_stopword
+from lmprobe.errors import LmprobeError
 from lmprobe.perturb.text import WORD, rebuild
 
 DEFAULT_MIN_LENGTH = 4  # "lengths less than four" are skipped (Sec. 3.2)
+DEFAULT_STOPWORDS = "nltk"  # the SCoPE reference's list (module docstring)
 
 
 @dataclass(frozen=True)
@@ -46,19 +53,26 @@ def is_single_word(candidate: str) -> bool:
 
 @dataclass(frozen=True)
 class Constraints:
-    """skip_stopwords: no stop words (lmprobe.data.stopwords, any case, plus ``extra_stopwords``);
-    min_length: no shorter words; no_repeat: no word modified twice."""
+    """skip_stopwords: no stop words (the list named by ``stopwords``: 'nltk' or 'a6', see
+    lmprobe.data.stopwords; any case; plus ``extra_stopwords``); min_length: no shorter words;
+    no_repeat: no word modified twice."""
 
     skip_stopwords: bool = True
     min_length: int = DEFAULT_MIN_LENGTH
     no_repeat: bool = True
     extra_stopwords: frozenset[str] = frozenset()
+    stopwords: str = DEFAULT_STOPWORDS
+
+    def __post_init__(self):
+        if self.stopwords not in STOP_LISTS:
+            raise LmprobeError(f"unknown stop-word list '{self.stopwords}': use one of {', '.join(STOP_LISTS)}")
 
     def allows(self, word: str) -> bool:
         """Whether the word itself may be modified (ignoring repeats)."""
         if len(word) < self.min_length:
             return False
-        return not (self.skip_stopwords and (is_stopword(word) or word.lower() in self.extra_stopwords))
+        return not (self.skip_stopwords and (is_stopword(word, self.stopwords)
+                                             or word.lower() in self.extra_stopwords))
 
     def eligible(self, words: Words, modified: Collection[int] = (),
                  applies: Callable[[str], bool] = lambda w: True) -> list[int]:

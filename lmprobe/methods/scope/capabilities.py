@@ -19,18 +19,23 @@ from lmprobe.errors import LmprobeError
 from lmprobe.perturb import constraints as c
 from lmprobe.perturb.fairness import PROTECTED_CATEGORIES, is_protected, substitutes
 from lmprobe.perturb.synonym import synonyms
-from lmprobe.perturb.typo import typos
+from lmprobe.perturb.typo import DEFAULT_SWAP, SWAPS, typos
 
 ORDERS = ("pwws", "best")
 DEFAULT_TYPOS_PER_WORD = 3
+# Typo-Invariance may typo up to three words (typo_invariance's docstring); the other
+# capabilities change one word, as the reference does.
+DEFAULT_TYPO_MAX_WORDS = 3
 
 
 @dataclasses.dataclass(frozen=True)
 class Capability:
     """name; transform(word, rng) -> candidate replacement words; constraints; order:
     'pwws' (probability weighted word saliency, Ren et al. 2019) or 'best' (words by their best
-    candidate's objective); max_words: words the greedy search may change (the reference
-    changes one); applies(word): words the transformation knows (others are not eligible)."""
+    candidate's objective); max_words: words the greedy search may change (it stops earlier
+    when a further word does not lower the objective; 1 for synonyms and fairness, as in the
+    reference, DEFAULT_TYPO_MAX_WORDS for typos); applies(word): words the transformation knows
+    (others are not eligible)."""
 
     name: str
     transform: Callable[[str, np.random.Generator], Sequence[str]]
@@ -54,12 +59,26 @@ def synonym_invariance(**overrides) -> Capability:
         description="WordNet synonym swap (PWWS), no stop words, words of >= 4 letters"), **overrides)
 
 
-def typo_invariance(typos_per_word: int = DEFAULT_TYPOS_PER_WORD, **overrides) -> Capability:
-    """Sec. 3.2: swap two distinct interior characters; ``typos_per_word`` random swaps per word."""
+def typo_invariance(typos_per_word: int = DEFAULT_TYPOS_PER_WORD, swap: str = DEFAULT_SWAP, **overrides) -> Capability:
+    """Sec. 3.2: swap interior characters of a word, 'adjacent' ones by default (every typo of
+    Table 3: "fsat", "solw", "hpoe") or 'any' two (lmprobe.perturb.typo); ``typos_per_word``
+    random swaps per word and search step.
+
+    Several words: Table 3 (App. L) typos one to three words of a sentence ("allows us to hpoe
+    that nolan is poised to embark ... yet inevntive filmmaker": three marked words; "too
+    solw, too long, and too lilte happens": two), so the search may change up to
+    DEFAULT_TYPO_MAX_WORDS = 3 words, the most the paper shows. The paper states no limit;
+    the search stops before when a further word does not lower L(m(x), m(x')), so the cap
+    only bounds how misspelt a text gets and the search steps (one batched model call each).
+    The reference code instead scores 15 random candidates per step that each typo every
+    eligible word, which Table 3's partly typo'd sentences do not look like."""
+    if swap not in SWAPS:
+        raise LmprobeError(f"capability 'typo': swap '{swap}' is not one of {tuple(SWAPS)}")
     return dataclasses.replace(Capability(
-        "typo", lambda word, rng: typos(word, rng, typos_per_word), order="best",
-        description=f"swap two interior characters ({typos_per_word} draws per word), no stop "
-                    "words, words of >= 4 letters"), **overrides)
+        "typo", lambda word, rng: typos(word, rng, typos_per_word, swap), order="best",
+        max_words=DEFAULT_TYPO_MAX_WORDS,
+        description=f"swap {'two adjacent' if swap == 'adjacent' else 'any two'} interior characters "
+                    f"({typos_per_word} draws per word), no stop words, words of >= 4 letters"), **overrides)
 
 
 def fairness(table=PROTECTED_CATEGORIES, **overrides) -> Capability:
@@ -71,7 +90,9 @@ def fairness(table=PROTECTED_CATEGORIES, **overrides) -> Capability:
 
 
 CAPABILITIES: dict[str, Callable[..., Capability]] = {
-    "synonym": synonym_invariance, "typo": typo_invariance, "fairness": fairness}
+    "synonym": synonym_invariance, "typo": typo_invariance, "fairness": fairness,
+    # the wider any-pair swaps (lmprobe.perturb.typo), by name
+    "typo-any": lambda **overrides: typo_invariance(**{"swap": "any", "name": "typo-any", **overrides})}
 
 
 def register(capability: Capability) -> None:

@@ -20,7 +20,7 @@ from lmprobe.perturb.constraints import Words
 from lmprobe.report.artifacts import cache_key, cached_json, join
 
 TASKS = ("classify", "lm")
-CACHE_VERSION = 2  # 2: keys hold the reference model's identity (checkpoint digest, dtype, variants, head)
+CACHE_VERSION = 3  # 2: the reference model's identity in keys; 3: adjacent typos, lemmatized synonyms, NLTK stops
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,7 +29,7 @@ class Config:
     task: str = "classify"  # classify (labels) or lm (next token)
     objective: str = "l1"  # search objective: l1 or kl distance of the reference's output distributions
     trials: int = 3  # perturbation searches per example (Sec. 4: three)
-    max_words: int = 1  # words one perturbation may change
+    max_words: int | None = None  # words one perturbation may change (none: the capability's; typo 3, others 1)
     tolerance: float = metrics.DEFAULT_TOLERANCE  # Soft-SCoPE: output distance that still counts fully
     cutoff: float = metrics.DEFAULT_CUTOFF  # Soft-SCoPE: output distance that counts zero
     n_bootstrap: int = metrics.DEFAULT_BOOTSTRAP  # bootstrap resamples of the intervals
@@ -38,7 +38,7 @@ class Config:
     def check(self) -> None:
         if self.task not in TASKS:
             raise LmprobeError(f"task '{self.task}' is not one of {TASKS}")
-        if self.trials < 1 or self.max_words < 1:
+        if self.trials < 1 or (self.max_words is not None and self.max_words < 1):
             raise LmprobeError(f"trials={self.trials}, max_words={self.max_words}: both must be >= 1")
         Goal(self.objective).check()
         metrics.decay(0.0, self.tolerance, self.cutoff)
@@ -73,7 +73,8 @@ def cached_search(reference, texts, config: Config, cache_dir: str | None,
 
     def compute():
         start = time.perf_counter()
-        capability = capabilities.get(config.capability, max_words=config.max_words)
+        overrides = {} if config.max_words is None else {"max_words": config.max_words}
+        capability = capabilities.get(config.capability, **overrides)
         result = search(reference, texts, capability, goal=Goal(config.objective), trials=config.trials,
                         seed=config.seed, progress=progress)
         return result, time.perf_counter() - start
