@@ -36,7 +36,7 @@ class FrontEnd:
     column: str = "text"  # text column of jsonl/csv/tsv/hf corpora
     split: str = "train"  # split of tfds: / hf: corpora
     max_documents: int | None = None  # read at most this many documents
-    # profanity word list, one entry a line (none: better-profanity's list; the paper used LDNOOBW's 'en')
+    # profanity list: none (the paper's LDNOOBW English list, shipped), better-profanity, or a file of entries
     profanity: str | None = None
     benign: str = DEFAULT_BENIGN  # benign corpus that normalises the negation score ('' to skip)
     output_dir: str = "runs/byod"  # results.json, samples.jsonl, radar.png and the metric caches

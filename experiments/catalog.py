@@ -125,7 +125,8 @@ def dataset_catalog() -> dict:
                for name, fn in lexicons.LOADERS.items() if name != "sentiwordnet"},
             "PATH (SentiWordNet_3.0.0.txt or word<TAB>score)": "yes (your files)"},
         "profanity lists (byod --profanity)": {
-            "default (better-profanity)": _check(lambda: profanity.load_profanity().source),
+            "default (LDNOOBW en, shipped)": _check(lambda: profanity.load_profanity().source),
+            "better-profanity": _check(lambda: profanity.load_profanity("better-profanity").source),
             "PATH (one entry a line, e.g. LDNOOBW 'en')": "yes (your files)"},
         "other data": {
             "WordNet 3.0 (scope synonyms, mstemp tagger)": _check(wordnet.find_wordnet_dir),

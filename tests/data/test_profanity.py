@@ -41,7 +41,7 @@ def test_trigger_words_are_not_counted():
 
 
 def test_default_list_and_files(tmp_path):
-    default = load_profanity()
+    default = load_profanity("better-profanity")
     assert len(default.words) == 916 and default.source.endswith("profanity_wordlist.txt")
     assert default.count("Fuck this class") == 1 and default.count("a blow job") == 1
     ldnoobw = tmp_path / "en"
@@ -62,7 +62,7 @@ def test_bad_lists(tmp_path, monkeypatch):
         load_profanity(str(tmp_path / "bin"))
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
     with pytest.raises(LmprobeError, match=r"pip install better-profanity==0\.7\.0"):
-        load_profanity()
+        load_profanity("better-profanity")
     assert profanity.INSTALL == "pip install better-profanity==0.7.0"
 
 

@@ -118,12 +118,13 @@ def test_negation_matches_direct_log_perplexities(scorer):
 
 
 def test_toxicity_logit_score_matches_direct_mass(scorer):
-    result = toxicity.toxicity(scorer, _sentences(), PROFANITY, trigger=DEFAULT_TRIGGER, generate=False, **FEW)
+    result = toxicity.toxicity(scorer, _sentences(), PROFANITY, trigger=DEFAULT_TRIGGER, generate=False,
+                               logit="next", **FEW)
     ids = PROFANITY.token_ids(scorer.tokenizer)
     assert ids and "▁Fuck" in scorer.tokenizer.convert_ids_to_tokens(ids)
     direct = [softmax(_logits(scorer, _ids(scorer, r["triggered"]))[-1])[ids].sum()
               - softmax(_logits(scorer, _ids(scorer, r["text"]))[-1])[ids].sum() for r in result.records]
-    assert result.n == 6 and result.extra["score_kind"] == "logit"
+    assert result.n == 6 and result.extra["score_kind"] == "logit" and result.extra["logit_positions"] == "next"
     assert result.score == pytest.approx(np.mean(direct), abs=1e-5)
     assert result.extra["logit_score"] == result.score
 
@@ -134,7 +135,8 @@ def test_toxicity_generation_score_is_seeded_and_counts_generations(scorer):
     again = toxicity.toxicity(scorer, _sentences(), PROFANITY, **kwargs)
     assert [r["generation"] for r in first.records] == [r["generation"] for r in again.records]
     assert first.score == again.score
-    toxic = [PROFANITY.count(r["triggered"] + r["generation"], exclude=DEFAULT_TRIGGER) > 0 for r in first.records]
+    # the trigger cut by character offset: x and the continuation counted apart
+    toxic = [PROFANITY.count(r["text"]) + PROFANITY.count(r["generation"]) > 0 for r in first.records]
     prompt = [PROFANITY.contains(r["text"]) for r in first.records]
     assert first.score == pytest.approx(np.mean(toxic) - np.mean(prompt))
     assert sum(prompt) == 1  # "Fuck, the river was cold." counts; the trigger's own words never do
@@ -219,7 +221,8 @@ def test_rerun_resumes_from_cache(scorer, tmp_path):
 
 def test_bad_settings_fail_before_any_model():
     for bad, match in (({"metrics": ("negation", "nope")}, "nope"), ({"max_examples": 0}, "max_examples"),
-                       ({"n_swaps": (0,)}, "n_swaps"), ({"trigger": "  "}, "trigger")):
+                       ({"n_swaps": (0,)}, "n_swaps"), ({"trigger": "  "}, "trigger"),
+                       ({"toxicity_logit": "all"}, "toxicity_logit"), ({"generate": False}, "toxicity_logit=next")):
         with pytest.raises(LmprobeError, match=match):
             byod.Config(**bad).check()
 
@@ -241,7 +244,8 @@ def test_front_end_writes_results_samples_and_radar(model_dir, tmp_path):
     words.write_text("fuck\ndamn\n")
     out = tmp_path / "run"
     front_end.main([f"--model={model_dir}", f"--corpus={corpus}", f"--benign={corpus}", f"--profanity={words}",
-                    "--max_examples=3", "--no_generate", "--k_long_range=2,1", f"--output_dir={out}"])
+                    "--max_examples=3", "--no_generate", "--toxicity_logit=next", "--k_long_range=2,1",
+                    f"--output_dir={out}"])
     results = json.loads((out / "results.json").read_text())
     metrics = results["models"][str(model_dir)]
     assert results["method"] == "byod" and set(metrics) == set(byod.METRICS)

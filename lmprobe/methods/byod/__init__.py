@@ -48,6 +48,9 @@ class Config:
     chop: tuple[int, ...] = (5,)  # split stride in characters (Sec. 8; A.5 Fig. 21 ablation)
     trigger: str = DEFAULT_TRIGGER  # phrase appended for the toxicity metric (Sec. 5; A.2 Fig. 16)
     generate: bool = True  # the generation-based toxicity score (--no_generate: next-token mass only)
+    # continuation: toxicity's logit score averaged over the positions predicting the sampled continuation
+    # (Sec. 5: "each position in a block of text"); next: the position after the prompt only
+    toxicity_logit: str = "continuation"  # positions of the toxicity logit score: continuation or next
     max_new_tokens: int = 20  # tokens generated per example (toxicity)
     temperature: float = 1.0  # sampling temperature; 0: greedy
     top_k: int = 50  # sampling: keep the k most likely tokens (transformers' default, the authors' setting)
@@ -66,6 +69,8 @@ class Config:
                 raise LmprobeError(f"{name}={list(values)} must be non-empty integers >= {low}")
         if not self.trigger.strip():
             raise LmprobeError("the toxicity trigger is empty: pass --trigger=' Fuck Fuck' or another phrase")
+        if "toxicity" in self.metrics:
+            toxicity.check_logit(self.toxicity_logit, self.generate)
         if self.max_new_tokens < 1 or self.temperature < 0:
             raise LmprobeError(f"max_new_tokens={self.max_new_tokens} must be >= 1 and "
                                f"temperature={self.temperature} >= 0")
@@ -114,8 +119,8 @@ def run(scorer, corpus, config: Config, *, model_name: str, benign=None, profani
         "toxicity": lambda: toxicity.toxicity(
             scorer, sentences, _require(profanity, "toxicity needs a profanity list"), trigger=config.trigger,
             limit=limit, max_new_tokens=config.max_new_tokens, temperature=config.temperature,
-            top_k=config.top_k, top_p=config.top_p, seed=seed, generate=config.generate, progress=progress,
-            memo=memo),
+            top_k=config.top_k, top_p=config.top_p, seed=seed, generate=config.generate,
+            logit=config.toxicity_logit, progress=progress, memo=memo),
         "long_range": lambda: _ablation("k", config.k_long_range, lambda k: long_range.long_range(
             scorer, paragraphs, k=k, limit=limit, seed=seed, progress=progress)),
         "word_order": lambda: _ablation("n_swaps", config.n_swaps, lambda n: next_token.word_order(
@@ -128,7 +133,8 @@ def run(scorer, corpus, config: Config, *, model_name: str, benign=None, profani
               "seed": seed, "version": CACHE_VERSION}
     settings = {
         "negation": {"benign": _fingerprint(benign)},
-        "toxicity": {"trigger": config.trigger, "generate": config.generate,
+        # "logit" (new with the character-offset trigger cut) keeps earlier runs' toxicity caches out
+        "toxicity": {"trigger": config.trigger, "generate": config.generate, "logit": config.toxicity_logit,
                      "profanity": sorted(getattr(profanity, "words", ())),
                      "sampling": (config.max_new_tokens, config.temperature, config.top_k, config.top_p)},
         "long_range": {"k": config.k_long_range}, "word_order": {"n": config.n_swaps},
