@@ -3,6 +3,8 @@
     python -m experiments.synbench --model=NAME [--eps=0,0.2,0.4,0.6,0.8 --a_t=0.6,0.7,0.75,0.8,0.85,0.9 --n=2048
                                    --covariance=identity|band --prior=0.5 --norm=2 --output_dir=runs/synbench]
     lmprobe synbench --model=google/vit-base-patch16-224 --dtype=bfloat16 --scales=reference --eps=0,0.4
+    lmprobe synbench --model=random_projection --robust_probe [--probe_attack=input|representation
+                     --probe_scale=1 --probe_a_t=0.7] [--baselines --baseline_scale=1]
 
 NAME is ``identity`` (the sanity baseline, score about 1), ``random_projection``, a JAX function
 ``package.module:function`` mapping inputs [B, *input_shape] to [B, ...], a ViT checkpoint
@@ -10,6 +12,14 @@ NAME is ``identity`` (the sanity baseline, score about 1), ``random_projection``
 --seq_len tokens through Scorer.embed_inputs). Writes OUTPUT_DIR/results.json and
 OUTPUT_DIR/bound_threshold.png (the paper's Fig. 3); representations are cached in
 OUTPUT_DIR/cache, so a rerun resumes.
+
+--robust_probe then trains a standard and an eps-robust linear probe (10-step PGD-l2 on the input
+through the frozen representation, the paper's Sec. 4) at eps = argmax SynBench-Score at --probe_a_t,
+in the score's eps convention (relative: eps * ||mu|| of the attacked space), and reports both
+probes' standard and robust accuracy (Table 6's layout). The paper's downstream set is CIFAR10;
+here it is a labelled Gaussian task at --probe_scale drawn from a held-out seed (offline, for
+every representation). --baselines adds App. G's loss-data baselines (Val loss, MDL, SDL, eSC, in
+nats) on the cached representations of --baseline_scale.
 """
 
 from __future__ import annotations
@@ -61,7 +71,8 @@ def build_parser():
     p = cli.parser(__doc__, "synbench")
     cli.front_end(p, FrontEnd, convert={"input_shape": _dims})
     method = cli.method(p, synbench.Config, aliases={"epsilons": "--eps"},
-                        convert={"scales": _scale, "norm": _norm}, choices={"covariance": gaussian.COVARIANCES})
+                        convert={"scales": _scale, "norm": _norm},
+                        choices={"covariance": gaussian.COVARIANCES, "probe_attack": robust_probe.ATTACKS})
     p.group(cli.method_group(synbench.Config)).add_argument(
         "--absolute_eps", dest="relative_epsilon", action="store_false", help="same as --no_relative_epsilon")
     p.set_defaults(batch_size=synbench.Config.batch_size)
@@ -119,7 +130,32 @@ def summary(result: dict) -> str:
              f"{tuple(rep['input_shape'])}, {len(cfg['scales'])} scales x {cfg['n']} train + test, "
              f"{cfg['covariance']} covariance, tau = {cfg['prior']}, l{cfg['norm']:g} "
              f"{'relative' if cfg['relative_epsilon'] else 'absolute'} eps)")
-    return "\n".join([title, *rows, f"time: {timings}"])
+    return "\n".join([title, *rows, *probe_summary(result), *baseline_summary(result), f"time: {timings}"])
+
+
+def probe_summary(result: dict) -> list[str]:
+    """Table 6's layout: standard vs eps-robust linear probing, clean and robust accuracy."""
+    probe = result.get("robust_probe")
+    if not probe:
+        return []
+    kind = "relative" if probe["relative_epsilon"] else "absolute"
+    rows = [f"\n-- robust linear probing at eps = argmax score at a_t={probe['a_t']:g}: eps={probe['epsilon']:g} "
+            f"({kind}, l2 radius {probe['radius']:.4g} on the {probe['attack']}, ||mu|| {probe['mu_norm']:.4g}); "
+            f"downstream: held-out Gaussian task s={probe['scale']:g}, {probe['n_train']} train / "
+            f"{probe['n_test']} test",
+            f"{'probe':>20} {'accuracy':>9} {'robust acc':>11}"]
+    for name, label in (("standard", "standard (eps=0)"), ("robust", f"{probe['epsilon']:g}-robust")):
+        rows.append(f"{label:>20} {probe[name]['accuracy']:>9.4f} {probe[name]['robust_accuracy']:>11.4f}")
+    return rows
+
+
+def baseline_summary(result: dict) -> list[str]:
+    b = result.get("baselines")
+    if not b:
+        return []
+    sdl = ("> " if b["sdl_is_lower_bound"] else "") + f"{b['sdl']:.2f}"
+    return [f"\n-- loss-data baselines (App. G, scale s={b['scale']:g}, n={b['n']}, nats): Val loss "
+            f"{b['val_loss']:.4f}, MDL {b['mdl']:.2f}, SDL(eps={b['eps']:g}) {sdl}, eSC {b['esc_text']}"]
 
 
 @main_guard

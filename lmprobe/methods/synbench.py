@@ -29,11 +29,28 @@ Conventions (* marks a choice the paper leaves open):
 * Representations wider than the training split (e.g. the identity on image inputs) are
   first projected onto the span of the within-class-centred training rows, the support of the
   pooled covariance (App. C Remark): the same classifier, without a d x d array.
+
+Optional, after scoring (Config.robust_probe, Sec. 4 "Robust linear probing", Tables 6 / 9):
+eps = argmax_eps SynBench-Score at ``probe_a_t``, then a standard and an eps-robust linear probe
+(lmprobe.methods.robust_probe: 10-step PGD-l2 adversarial training on the INPUT through the
+frozen f, as the paper; ``probe_attack="representation"`` attacks f(x)), both reported clean
+and under attack. eps keeps the score's convention: relative (eps * ||mu|| of the attacked
+space) unless --no_relative_epsilon. * Downstream task: the paper probes CIFAR10; offline, a
+labelled class-conditional Gaussian task at ``probe_scale`` drawn from a held-out seed
+(seed + DOWNSTREAM_SEED_OFFSET: none of the scored samples), ``probe_n`` train + test samples.
+For the identity on isotropic data the answers are closed forms: accuracy Phi(s), robust
+accuracy Phi(s (1 - eps)) (relative) or Phi(s - eps) (absolute).
+
+Optional (Config.baselines, App. G, Tables 14 / 15): the loss-data baselines of Whitney et al.
+(Val loss, MDL, SDL_1, eSC_1; lmprobe.methods.loss_data, in nats) on the cached train-split
+representations of one scale, ``baseline_scale``. * The paper does not say which scale; its
+"n = length of the synthetic data set" is one task's n samples (eSC > floor(0.9 n) in Table 14).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -47,8 +64,8 @@ from scipy.optimize import brentq
 import kernels
 from lmprobe.data import gaussian
 from lmprobe.errors import LmprobeError
-from lmprobe.methods import Ticker, model_key, no_progress
-from lmprobe.report.artifacts import cache_key, cached, join
+from lmprobe.methods import Ticker, loss_data, model_key, no_progress, robust_probe
+from lmprobe.report.artifacts import cache_key, cached, cached_json, join
 
 PAPER_EPSILONS = (0.0, 0.2, 0.4, 0.6, 0.8)
 PAPER_THRESHOLDS = (0.6, 0.7, 0.75, 0.8, 0.85, 0.9)  # Tables 3, 5, 7, 8
@@ -56,6 +73,7 @@ NORMS = (1.0, 2.0, math.inf)
 DEFAULT_SEQ_LEN = 8  # tokens per Gaussian "sentence" fed to a language model (* not in the paper)
 CURVE_GRID = tuple(float(a) for a in np.linspace(0.5, 1.0, 201))
 CACHE_VERSION = 2  # 2: keys hold the model's identity (checkpoint digest, dtype), not its name alone
+DOWNSTREAM_SEED_OFFSET = 10_000  # the robust probe's downstream task: seed + this, never a scored sample
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +90,15 @@ class Config:
     relative_epsilon: bool = True  # eps is a fraction of ||mu|| (--no_relative_epsilon or --absolute_eps: the radius)
     seed: int = 0
     batch_size: int = 64
+    robust_probe: bool = False  # after scoring: standard and eps-robust linear probes at eps = argmax score (Table 6)
+    probe_a_t: float = 0.7  # the robust probe's eps is argmax_eps SynBench-Score at this a_t (one of a_t)
+    probe_attack: str = "input"  # robust probe's PGD-l2 attacks the input through f (the paper) or the representation
+    probe_scale: float = 1.0  # robust probe's downstream task: a held-out labelled Gaussian task at this scale
+    probe_n: int | None = None  # robust probe's train and test samples each (none: n)
+    probe_steps: int = 1000  # Adam steps of each linear probe (batch 256, lr 1e-2, 10 PGD steps each)
+    baselines: bool = False  # App. G: loss-data baselines Val loss / MDL / SDL / eSC on the cached representations
+    baseline_scale: float = 1.0  # the scale (one of scales) whose train-split representations the baselines see
+    baseline_steps: int = 4000  # training steps of the loss-data baselines' probes
 
     def check(self) -> None:
         """Bad settings fail here, before any model is loaded."""
@@ -98,6 +125,23 @@ class Config:
         if self.batch_size < 1:
             raise LmprobeError(f"batch_size={self.batch_size} must be >= 1")
         gaussian.GaussianSpec((1,), self.covariance, self.band, None, self.prior).check()
+        if self.robust_probe:
+            if not any(math.isclose(self.probe_a_t, a) for a in self.a_t):
+                raise LmprobeError(f"probe_a_t={self.probe_a_t} is not one of a_t {list(self.a_t)}: the robust "
+                                   "probe's eps is the argmax of the score at that threshold")
+            if not self.probe_scale > 0:
+                raise LmprobeError(f"probe_scale={self.probe_scale} must be > 0")
+            if self.probe_n is not None and self.probe_n < 8:
+                raise LmprobeError(f"probe_n={self.probe_n} is too few samples for a probe: use >= 8")
+            robust_probe.ProbeConfig(epsilon=max(self.epsilons), relative_epsilon=self.relative_epsilon,
+                                     attack=self.probe_attack, steps=self.probe_steps).check()
+        if self.baselines:
+            if not any(math.isclose(self.baseline_scale, s) for s in self.scales):
+                raise LmprobeError(f"baseline_scale={self.baseline_scale} is not one of the scales: the baselines "
+                                   "run on that scale's cached representations")
+            if self.n < loss_data.MIN_SAMPLES or self.baseline_steps < 1:
+                raise LmprobeError(f"the loss-data baselines need n >= {loss_data.MIN_SAMPLES} and baseline_steps "
+                                   f">= 1; got n={self.n}, baseline_steps={self.baseline_steps}")
 
 
 @dataclasses.dataclass
@@ -112,10 +156,34 @@ class Representation:
     normalize: Callable[[jax.Array], jax.Array] | None = None  # the model's input normalisation
     settings: dict = dataclasses.field(default_factory=dict)  # what else the cache key depends on
     identity: dict | None = None  # the model behind fn (checkpoint digest, dtype): part of the cache key
+    # fn as a differentiable JAX function of normalised inputs, encoder(x) or encoder(encoder_params, x)
+    # (None: not differentiable, e.g. a language model; the robust probe then attacks the representation)
+    encoder: Callable | None = None
+    encoder_params: object = None
 
     def spec(self, config: Config) -> gaussian.GaussianSpec:
         return gaussian.GaussianSpec(tuple(self.input_shape), config.covariance, tuple(config.band),
                                      self.channel_axis, config.prior, self.offset)
+
+    def input_encoder(self) -> tuple[Callable, object] | None:
+        """(f, params): f(params, x) on raw inputs x (before the model's normalisation), or None."""
+        if self.encoder is None:
+            return None
+        return _InputEncoder(self.encoder, self.normalize, self.encoder_params is not None), self.encoder_params
+
+
+@dataclasses.dataclass(frozen=True)
+class _InputEncoder:
+    """encoder(params, normalize(x)), hashable (one compile per representation)."""
+
+    encoder: Callable
+    normalize: Callable | None
+    with_params: bool
+
+    def __call__(self, params, x):
+        x = x if self.normalize is None else self.normalize(x)
+        z = self.encoder(params, x) if self.with_params else self.encoder(x)
+        return jnp.reshape(z, (x.shape[0], -1)).astype(jnp.float32)
 
 
 def padded(fn: Callable, batch_size: int) -> Callable:
@@ -132,8 +200,8 @@ def padded(fn: Callable, batch_size: int) -> Callable:
 
 def function_representation(name: str, fn: Callable, input_shape, *, batch_size: int = 64, **kwargs) -> Representation:
     """Any JAX function [B, *input_shape] -> [B, ...] (flattened to [B, k]), jitted."""
-    jitted = jax.jit(lambda x: jnp.reshape(fn(x), (x.shape[0], -1)).astype(jnp.float32))
-    return Representation(name, tuple(input_shape), padded(jitted, batch_size), **kwargs)
+    flat = lambda x: jnp.reshape(fn(x), (x.shape[0], -1)).astype(jnp.float32)
+    return Representation(name, tuple(input_shape), padded(jax.jit(flat), batch_size), encoder=flat, **kwargs)
 
 
 def identity_representation(input_shape, **kwargs) -> Representation:
@@ -178,7 +246,8 @@ def vit_representation(model, name: str, *, mean, std, image_size, channels: int
     from lmprobe.engine.scorer import model_identity
 
     graphdef, state = nnx.split(model)
-    cls = jax.jit(lambda state, px: nnx.merge(graphdef, state)(px).last_hidden_state[:, 0].astype(jnp.float32))
+    encoder = lambda state, px: nnx.merge(graphdef, state)(px).last_hidden_state[:, 0].astype(jnp.float32)
+    cls = jax.jit(encoder)
     mean = jnp.asarray(mean, jnp.float32).reshape(-1, 1, 1)
     std = jnp.asarray(std, jnp.float32).reshape(-1, 1, 1)
     height, width = image_size
@@ -186,7 +255,8 @@ def vit_representation(model, name: str, *, mean, std, image_size, channels: int
                           channel_axis=0, offset=0.5, normalize=lambda x: (x - mean) / std,
                           settings={"pooling": "cls", "mean": np.asarray(mean).ravel().tolist(),
                                     "std": np.asarray(std).ravel().tolist()},
-                          identity=model_key(identity if identity is not None else model_identity(model)))
+                          identity=model_key(identity if identity is not None else model_identity(model)),
+                          encoder=encoder, encoder_params=state)
 
 
 # --------------------------------------------------------------------------------------
@@ -365,11 +435,16 @@ class Result:
     representation: dict
     timings: dict
     config: Config
+    robust_probe: dict | None = None  # Table 6 layout (Config.robust_probe)
+    baselines: dict | None = None  # App. G loss-data baselines (Config.baselines)
 
     def to_json(self) -> dict:
-        return {"method": "synbench", "model": self.model, "scores": self.scores, "curves": self.curves,
-                "representation": self.representation, "timings_s": self.timings,
-                "config": dataclasses.asdict(self.config)}
+        out = {"method": "synbench", "model": self.model, "scores": self.scores, "curves": self.curves,
+               "representation": self.representation, "timings_s": self.timings,
+               "config": dataclasses.asdict(self.config)}
+        out.update({k: v for k, v in (("robust_probe", self.robust_probe), ("baselines", self.baselines))
+                    if v is not None})
+        return out
 
 
 def represent(rep: Representation, config: Config, scale: float, split: str, on_batch: Callable = lambda: None):
@@ -426,15 +501,88 @@ def run(rep: Representation, config: Config, *, cache_dir: str | None = None,
             for i, a in enumerate(config.a_t) for j, e in enumerate(config.epsilons)]
     info = {"dim": int(z_train.shape[-1]), "input_shape": list(spec.input_shape), "channel_axis": spec.channel_axis,
             "offset": spec.offset, "degenerate_scales": degenerate, **rep.settings}
-    return Result(rep.name, rows, curves, info, timings, config)
+
+    baselines = None
+    if config.baselines:
+        start = time.perf_counter()
+        i = next(i for i, s in enumerate(config.scales) if math.isclose(s, config.baseline_scale))
+        baselines = baseline_metrics(rep, config, spec, z_train[i], y_train[i], cache_dir, progress)
+        timings["baselines"] = time.perf_counter() - start
+    probe = None
+    if config.robust_probe:
+        start = time.perf_counter()
+        eps = robust_probe.suggest_epsilon(rows, config.probe_a_t)
+        probe = {"a_t": config.probe_a_t, "argmax_eps": eps, "scale": config.probe_scale,
+                 **robust_linear_probing(rep, config, eps)}
+        timings["robust_probe"] = time.perf_counter() - start
+    return Result(rep.name, rows, curves, info, timings, config, probe, baselines)
+
+
+def downstream_task(rep: Representation, config: Config) -> tuple[np.ndarray, ...]:
+    """The robust probe's labelled task: raw inputs (before the model's normalisation) and labels
+    {+1, -1} of a Gaussian task at ``probe_scale`` from the held-out seed, (x_train, y_train,
+    x_test, y_test), ``probe_n`` (default n) samples each."""
+    spec, n = rep.spec(config), config.probe_n or config.n
+    out = []
+    for split in ("train", "test"):
+        parts = list(gaussian.batches(spec, config.probe_scale, seed=config.seed + DOWNSTREAM_SEED_OFFSET,
+                                      split=split, n=n, batch_size=config.batch_size))
+        out += [np.concatenate([np.asarray(x, np.float32) for x, _ in parts]),
+                np.concatenate([np.asarray(y) for _, y in parts]).astype(np.int32)]
+    return tuple(out)
+
+
+def _represent_inputs(rep: Representation, x: np.ndarray, batch_size: int) -> np.ndarray:
+    """rep.fn of raw inputs (normalised first), batch by batch."""
+    norm = rep.normalize or (lambda v: v)
+    return np.concatenate([np.asarray(rep.fn(norm(jnp.asarray(x[i:i + batch_size]))), np.float32)
+                           for i in range(0, len(x), batch_size)])
+
+
+def robust_linear_probing(rep: Representation, config: Config, epsilon: float) -> dict:
+    """Standard and ``epsilon``-robust linear probes on the downstream task (Table 6 / 9), eps
+    in the score's convention (relative: eps * ||mu|| of the attacked space)."""
+    probe_config = robust_probe.ProbeConfig(epsilon=epsilon, relative_epsilon=config.relative_epsilon,
+                                            attack=config.probe_attack, steps=config.probe_steps, seed=config.seed)
+    x_train, y_train, x_test, y_test = downstream_task(rep, config)
+    encoder = rep.input_encoder()
+    if encoder is None:
+        if config.probe_attack == "input":
+            raise LmprobeError(f"{rep.name} is not a differentiable JAX function of its inputs, so the robust "
+                               "probe cannot attack the input: use --probe_attack=representation")
+        x_train, x_test = (_represent_inputs(rep, v, config.batch_size) for v in (x_train, x_test))
+        return robust_probe.robust_linear_probing(x_train, y_train, x_test, y_test, probe_config)
+    fn, params = encoder
+    if params is None:  # a function of the inputs alone
+        fn = functools.partial(fn, None)
+    return robust_probe.robust_linear_probing(x_train, y_train, x_test, y_test, probe_config, encoder=fn,
+                                              encoder_params=params)
+
+
+def baseline_metrics(rep: Representation, config: Config, spec, z, y, cache_dir, progress) -> dict:
+    """App. G: Val loss, MDL, SDL_1, eSC_1 (nats) of the loss-data curve on one scale's train
+    representations z [n, k] (labels {+1, -1}), cached next to them."""
+    compute = lambda: {"scale": config.baseline_scale, "n": int(len(z)), "steps": config.baseline_steps,
+                       **loss_data.loss_data_metrics(loss_data.loss_data_curves(
+                           z, y, steps=config.baseline_steps, seed=config.seed, progress=progress,
+                           desc=f"{rep.name}: loss-data baselines"))}
+    if cache_dir is None:
+        return compute()
+    key = cache_key(split=_split_key(rep, config, spec, config.baseline_scale, "train"),
+                    steps=config.baseline_steps, seed=config.seed, version=CACHE_VERSION)
+    return cached_json(join(cache_dir, f"baselines-{key}.json"), compute)
+
+
+def _split_key(rep, config, spec, scale, split) -> str:
+    return cache_key(model=rep.name, identity=rep.identity, settings=rep.settings, spec=dataclasses.asdict(spec),
+                     seed=config.seed, n=config.n, scale=scale, split=split, version=CACHE_VERSION)
 
 
 def _cached_split(rep, config, spec, scale, split, cache_dir, on_batch):
     """(representations, labels) of one (scale, split), from the cache when a run saved them."""
     if cache_dir is None:
         return represent(rep, config, scale, split, on_batch)
-    key = cache_key(model=rep.name, identity=rep.identity, settings=rep.settings, spec=dataclasses.asdict(spec),
-                    seed=config.seed, n=config.n, scale=scale, split=split, version=CACHE_VERSION)
+    key = _split_key(rep, config, spec, scale, split)
     fresh = {}
 
     def compute():

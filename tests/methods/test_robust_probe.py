@@ -1,10 +1,13 @@
 """Epsilon-robust linear probing: PGD-l2 finds the worst case, adversarial training buys
 robustness, the suggested eps is SynBench's argmax."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from scipy.stats import norm
 
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import robust_probe
@@ -38,8 +41,9 @@ def test_pgd_reaches_the_closed_form_worst_case_of_a_linear_head():
 
 def test_adversarial_training_buys_robustness():
     z, y = _two_feature_data()
-    standard = robust_probe.train_robust_probe(z, y, robust_probe.ProbeConfig(epsilon=0.0, steps=400))
-    robust = robust_probe.train_robust_probe(z, y, robust_probe.ProbeConfig(epsilon=0.5, steps=400))
+    absolute = {"relative_epsilon": False, "steps": 400}
+    standard = robust_probe.train_robust_probe(z, y, robust_probe.ProbeConfig(epsilon=0.0, **absolute))
+    robust = robust_probe.train_robust_probe(z, y, robust_probe.ProbeConfig(epsilon=0.5, **absolute))
     plain = robust_probe.evaluate_probe(standard, z, y, radius=0.5)
     hard = robust_probe.evaluate_probe(robust, z, y, radius=0.5)
     assert plain["accuracy"] > 0.97 and hard["accuracy"] > 0.95
@@ -92,3 +96,82 @@ def test_bad_probe_input():
         robust_probe.train_robust_probe(np.full_like(z, np.nan), y)
     with pytest.raises(LmprobeError, match="epsilon=-1"):
         robust_probe.train_robust_probe(z, y, robust_probe.ProbeConfig(epsilon=-1))
+    with pytest.raises(LmprobeError, match="must be < 1"):
+        robust_probe.train_robust_probe(z, y, robust_probe.ProbeConfig(epsilon=1.0))
+    with pytest.raises(LmprobeError, match="attack='pixels'"):
+        robust_probe.train_robust_probe(z, y, robust_probe.ProbeConfig(attack="pixels"))
+
+
+def _gaussian_task(n, d=8, s=1.2, seed=0):
+    """x | y ~ N(y s u, I_d), u = 1_d / sqrt(d), y in {-1, +1}: ||mu|| = s."""
+    rng = np.random.default_rng(seed)
+    y = rng.choice([-1, 1], n)
+    x = y[:, None] * s * np.ones(d) / np.sqrt(d) + rng.normal(size=(n, d))
+    return x.astype(np.float32), y
+
+
+def test_isotropic_gaussian_probes_reach_the_closed_form():
+    """Isotropic classes: the Bayes direction mu is already the eps-robust one, so both probes
+    score Phi(s) clean and Phi(s - r) under an l2 attack of radius r; relative eps: r = eps s."""
+    s, eps = 1.2, 0.3
+    x_train, y_train = _gaussian_task(4000, s=s)
+    x_test, y_test = _gaussian_task(20000, s=s, seed=1)
+    config = robust_probe.ProbeConfig(epsilon=eps, steps=300)
+    got = robust_probe.robust_linear_probing(x_train, y_train, x_test, y_test, config)
+    assert got["relative_epsilon"] and got["attack"] == "input"
+    assert got["mu_norm"] == pytest.approx(s, abs=0.02)  # plug-in ||mu||, + O(d / n)
+    assert got["radius"] == pytest.approx(eps * got["mu_norm"])
+    for probe in ("standard", "robust"):
+        assert got[probe]["accuracy"] == pytest.approx(norm.cdf(s), abs=0.012)
+        assert got[probe]["robust_accuracy"] == pytest.approx(norm.cdf(s * (1 - eps)), abs=0.012)
+    # the same budget as an absolute radius gives the same probes and numbers
+    absolute = robust_probe.ProbeConfig(epsilon=got["radius"], relative_epsilon=False, steps=300)
+    again = robust_probe.robust_linear_probing(x_train, y_train, x_test, y_test, absolute)
+    assert again["radius"] == pytest.approx(got["radius"])
+    assert again["robust"] == pytest.approx(got["robust"])
+    # an absolute eps of 0.3 is a smaller budget (0.3 < 0.3 s): Phi(s - 0.3)
+    small = robust_probe.robust_linear_probing(x_train, y_train, x_test, y_test,
+                                               dataclasses.replace(absolute, epsilon=eps))
+    assert small["robust"]["robust_accuracy"] == pytest.approx(norm.cdf(s - eps), abs=0.012)
+
+
+def test_relative_eps_does_not_depend_on_the_units_of_the_representation():
+    """z = 10 x: a relative budget attacks the representation with 10 x the input radius, the
+    same attack for a linear head; an absolute budget does not move with the units."""
+    x_train, y_train = _gaussian_task(2000)
+    x_test, y_test = _gaussian_task(4000, seed=1)
+    encoder = lambda x: 10.0 * x  # noqa: E731
+    config = robust_probe.ProbeConfig(epsilon=0.4, steps=200)
+    on_input = robust_probe.robust_linear_probing(x_train, y_train, x_test, y_test, config, encoder=encoder)
+    on_rep = robust_probe.robust_linear_probing(x_train, y_train, x_test, y_test,
+                                                dataclasses.replace(config, attack="representation"), encoder=encoder)
+    assert on_rep["radius"] == pytest.approx(10 * on_input["radius"], rel=1e-5)
+    assert on_rep["mu_norm"] == pytest.approx(10 * on_input["mu_norm"], rel=1e-5)
+    for probe in ("standard", "robust"):
+        assert on_rep[probe]["robust_accuracy"] == pytest.approx(on_input[probe]["robust_accuracy"], abs=0.01)
+        assert on_rep[probe]["robust_accuracy"] == pytest.approx(norm.cdf(1.2 * 0.6), abs=0.025)
+    absolute = dataclasses.replace(config, relative_epsilon=False, attack="representation")
+    units = robust_probe.robust_linear_probing(x_train, y_train, x_test, y_test, absolute, encoder=encoder)
+    assert units["radius"] == 0.4  # 0.04 in input units: almost no attack
+    assert units["standard"]["robust_accuracy"] == pytest.approx(norm.cdf(1.2 - 0.04), abs=0.025)
+
+
+def test_input_attack_through_an_encoder_is_the_closed_form_worst_case():
+    """f(x) = x A: the head's logit gap on the input is x A (w_y - w_o) + b_y - b_o, so the worst
+    l2 perturbation of radius r lowers it by exactly r ||A (w_y - w_o)||."""
+    rng = np.random.default_rng(3)
+    x, y = _gaussian_task(1000, s=1.5)
+    a = jnp.asarray(rng.normal(size=(8, 3)), jnp.float32)
+    encoder = lambda v: v @ a  # noqa: E731
+    probe = robust_probe.train_robust_probe(x, y, robust_probe.ProbeConfig(epsilon=0.2, steps=200), encoder=encoder)
+    assert probe.weight.shape == (3, 2) and probe.radius == pytest.approx(0.2 * robust_probe.class_radius(x, y))
+    w = np.asarray(a @ probe.weight, np.float64)  # [8, 2] on the input
+    index = (y > 0).astype(int)
+    gap = (x @ w + np.asarray(probe.bias))[np.arange(len(y)), index] - (x @ w + np.asarray(probe.bias))[
+        np.arange(len(y)), 1 - index]
+    worst = gap - probe.radius * np.linalg.norm(w[:, 1] - w[:, 0])
+    got = robust_probe.evaluate_probe(probe, x, y, encoder=encoder, batch_size=300)  # batches of the evaluation
+    assert got["accuracy"] == pytest.approx(np.mean(gap > 0))
+    # PGD can only miss the worst case (its random start leaves a little off the gradient line)
+    assert np.mean(worst > 0) - 1e-9 <= got["robust_accuracy"] <= np.mean(worst > 0) + 6 / len(y)
+    assert got["robust_accuracy"] < got["accuracy"] - 0.02
