@@ -127,15 +127,21 @@ class _Models:
 
 
 def _summary(result: dict) -> str:
+    """The headline as the paper reports it (Sec. 4): mean +- standard error over the trials, then
+    the 95% bootstrap interval and the pairs each metric counts (OOD agreement: every pair;
+    Hard-/Soft-SCoPE: the reference-invariant ones, App. E.1)."""
     rows = [f"== SCoPE: reference {result['reference']}, capability {result['capability']}, task "
-            f"{result['task']}: {result['n_invariant']}/{result['n_examples']} examples got an invariant "
-            f"perturbation ({result['n_pairs']} pairs; skipped {result['skipped'] or 'none'}); search "
+            f"{result['task']}: {result['n_perturbed']}/{result['n_examples']} examples perturbed, "
+            f"{result['n_invariant']} with an argmax-invariant perturbation ({result['n_pairs']} pairs, "
+            f"{result['n_invariant_pairs']} invariant; skipped {result['skipped'] or 'none'}); search "
             f"{result['search']['seconds']:.1f} s, "
             f"{result['search']['seconds_per_perturbed_sample']:.3f} s per sample",
-            f"{'target':<32}" + "".join(f"{scope_plots.LABELS[m]:>17}" for m in metrics.METRICS)]
+            "mean +- standard error over trials [95% bootstrap interval] (pairs counted)",
+            f"{'target':<32}" + "".join(f"{scope_plots.LABELS[m]:>31}" for m in metrics.METRICS)]
     for name, row in result["targets"].items():
-        cells = (f"{row[m]:>8.3f} [{row['intervals'][m][0]:.2f},{row['intervals'][m][1]:.2f}]" for m in metrics.METRICS)
-        rows.append(f"{name:<32}" + "".join(cell.rjust(17) for cell in cells))
+        cells = (f"{row[m]:.3f}+-{row['std_error'][m]:.3f} [{row['intervals'][m][0]:.2f},"
+                 f"{row['intervals'][m][1]:.2f}] ({row['counts'][m]['pairs']})" for m in metrics.METRICS)
+        rows.append(f"{name:<32}" + "".join(cell.rjust(31) for cell in cells))
     return "\n".join(rows)
 
 

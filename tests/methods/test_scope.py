@@ -73,10 +73,14 @@ def test_search_respects_constraints_keeps_argmax_and_beats_random(classifier, n
         options = [words.replace({i: w}) for i in capability.constraints.eligible(words)
                    for w in capability.transform(words.words[i], rng) if w != words.words[i]]
         loss, same = score(model, base, options + [p.perturbed], [p.index] * (len(options) + 1), Goal())
-        assert same[-1] and abs(loss[-1] - p.objective) < 1e-5
-        found.append(p.objective)
-        random_valid.append(rng.choice(loss[:-1][same[:-1]]))
+        assert same[-1] == p.invariant and abs(loss[-1] - p.objective) < 1e-5
+        if p.invariant:
+            found.append(p.objective)
+            random_valid.append(rng.choice(loss[:-1][same[:-1]]))
+        else:  # App. E.1: no invariant candidate at all, the lowest-L edit is kept
+            assert not same[:-1].any() and len(changed) == 1
     assert np.mean(found) < np.mean(random_valid)
+    assert result.n_perturbed == len(TEXTS) - 1 and "no invariant candidate" not in result.skipped
     trials = {}
     for p in result.perturbations:
         assert p.perturbed not in trials.setdefault(p.index, set())  # distinct trials
@@ -104,6 +108,9 @@ def test_self_comparison_is_one_everywhere(classifier):
     row = out["targets"]["self"]
     assert row["iid_agreement"] == row["ood_agreement"] == row["hard_scope"] == row["soft_scope"] == 1.0
     assert row["iid_accuracy_gap"] == 0.0 and out["n_invariant"] >= 3 and len(samples) == out["n_pairs"]
+    assert row["std_error"] == dict.fromkeys(row["std_error"], 0.0) and row["trials"] == 2
+    assert row["counts"]["ood_agreement"]["pairs"] == out["n_pairs"] == 2 * out["n_perturbed"]
+    assert row["counts"]["hard_scope"]["pairs"] == out["n_invariant_pairs"]
     assert set(samples[0]["probs"]["self"]) == {"x", "x_perturbed"}
 
 

@@ -56,3 +56,37 @@ def test_cosine_agreement_for_language_models():
     lp = jnp.log(jnp.asarray([[0.5, 0.5, 0.0], [0.2, 0.3, 0.5]], jnp.float32) + 1e-9)
     stats = metrics.pair_statistics(lp, lp, lp, lp[::-1], agreement="cosine")
     assert np.allclose(stats["iid_agree"], 1.0, atol=1e-5) and stats["ood_agree"][0] < 0.9
+
+
+# two trials of four base examples: (m1(x), m1(x'), m2(x), m2(x'))
+TRIALS = [[(A, A, A, A), (A, B, A, A), (A, B, A, B), (B, C, B, B)],  # OOD 2/4; Hard over 1 pair: 1/1
+          [(A, A, A, B), (A, A, A, A), (B, B, B, C), (A, A, B, B)]]  # OOD 1/4; Hard over 4 pairs: 2/4
+
+
+def test_headline_is_mean_and_standard_error_over_trials():
+    rows = [r for trial in TRIALS for r in trial]
+    stats = metrics.pair_statistics(*(_log_onehot([r[k] for r in rows]) for k in range(4)))
+    s = metrics.summarize(stats, [0, 1, 2, 3] * 2, trial_of_pair=[0] * 4 + [1] * 4, n_bootstrap=200)
+    assert s["per_trial"]["ood_agreement"] == [0.5, 0.25] and s["per_trial"]["hard_scope"] == [1.0, 0.5]
+    # mean of the trials, SE = std(ddof=1) / sqrt(2) = |a - b| / 2
+    assert s["ood_agreement"] == 0.375 and np.isclose(s["std_error"]["ood_agreement"], 0.125)
+    assert s["hard_scope"] == 0.75 and np.isclose(s["std_error"]["hard_scope"], 0.25)
+    assert s["soft_scope"] == 0.75  # one-hot outputs: dm1 = dm2 = 0 where both are invariant
+    assert s["pooled"]["hard_scope"] == 0.6 and s["pooled"]["ood_agreement"] == 0.375  # 3/5 pairs pooled
+    # OOD agreement counts every pair; Hard-/Soft-SCoPE only the 5 the reference is invariant on
+    assert s["counts"]["ood_agreement"] == {"pairs": 8, "examples": 4}
+    assert s["counts"]["hard_scope"] == s["counts"]["soft_scope"] == {"pairs": 5, "examples": 4}
+    assert s["trials"] == 2 and s["pairs"] == 8
+    for m in ("ood_agreement", "hard_scope"):
+        low, high = s["intervals"][m]
+        assert low <= s[m] <= high
+
+
+def test_mean_and_std_error_by_hand():
+    mean, se = metrics.mean_and_std_error([0.25, 0.5, 1.0])
+    assert np.isclose(mean, 7 / 12) and np.isclose(se, np.sqrt(((1 / 3) ** 2 + (1 / 12) ** 2 + (5 / 12) ** 2) / 2 / 3))
+    assert np.isclose(se, 0.220479, atol=1e-6)
+    assert np.allclose(metrics.mean_and_std_error([0.4, np.nan, 0.6]), (0.5, 0.1))  # an undefined trial is left out
+    mean, se = metrics.mean_and_std_error([0.7])
+    assert mean == 0.7 and np.isnan(se)
+    assert all(np.isnan(metrics.mean_and_std_error([np.nan])))

@@ -17,8 +17,18 @@ Language modelling (App. G): y is the argmax next token; agreements are the cosi
 of the two models' next-token distributions (vocabularies must match); accuracy is the top-1
 accuracy on the held-out next token.
 
-Intervals: 95% percentile bootstrap over base examples (all trials of an example resampled
-together), seeded.
+Which pairs each metric counts (App. E.1): the search keeps an x' for every example with an
+eligible word, argmax-invariant for m1 or not. OOD agreement is an expectation over all x in X
+(Sec. 3.3.2), so it counts every pair; Hard-/Soft-SCoPE condition on y_m1(x) = y_m1(x') (Eq. 2/3:
+"the argmax-variant samples would be ignored"), so they count only the m1-invariant pairs; the
+IID metrics use the base samples only. ``counts`` reports the pairs and examples behind each.
+
+Headline (Sec. 4: "we generate the perturbed examples three times and report the average
+results with standard errors"): each metric is computed per trial (one x' per example and
+trial), then mean over the trials +- standard error std(ddof=1) / sqrt(T) (NaN with one trial).
+Trials where a metric is undefined (no m1-invariant pair) are left out of its mean and error.
+In addition: 95% percentile bootstrap intervals of that mean over trials, resampling base
+examples (all trials of an example together), seeded; and the pooled value over all pairs.
 """
 
 from __future__ import annotations
@@ -83,44 +93,86 @@ def pair_statistics(ref_x, ref_xp, target_x, target_xp, *, agreement: str = "arg
     return out
 
 
+def _mean(values) -> float:
+    return float(np.mean(values)) if len(values) else float("nan")
+
+
 def _values(stats, groups: np.ndarray, labels, tolerance, cutoff) -> dict[str, float]:
+    """The five metrics over the pairs ``groups`` (indices, repeats allowed)."""
     ref_inv = stats["ref_x"][groups] == stats["ref_xp"][groups]
     target_inv = stats["target_x"][groups] == stats["target_xp"][groups]
-    out = {"iid_agreement": float(stats["iid_agree"][groups].mean()),
-           "ood_agreement": float(stats["ood_agree"][groups].mean()),
+    out = {"iid_agreement": _mean(stats["iid_agree"][groups]),
+           "ood_agreement": _mean(stats["ood_agree"][groups]),
            "hard_scope": hard_scope(ref_inv, target_inv),
            "soft_scope": soft_scope(ref_inv, target_inv, stats["distance"][groups], tolerance, cutoff)}
     if labels is not None:
         y = labels[groups]
-        out["iid_accuracy_gap"] = abs(float((stats["ref_x"][groups] == y).mean())
-                                      - float((stats["target_x"][groups] == y).mean()))
+        out["iid_accuracy_gap"] = abs(_mean(stats["ref_x"][groups] == y) - _mean(stats["target_x"][groups] == y))
     else:
         out["iid_accuracy_gap"] = float("nan")
     return out
 
 
-def summarize(stats: dict[str, np.ndarray], example_of_pair: Sequence[int], labels=None, *,
+def counts(stats, example_of_pair) -> dict[str, dict[str, int]]:
+    """Pairs and base examples each metric counts: all pairs for the agreements and the accuracy
+    gap, the m1-invariant ones (y_m1(x) = y_m1(x')) for Hard-/Soft-SCoPE (Eq. 2/3, App. E.1)."""
+    example_of_pair = np.asarray(example_of_pair)
+    invariant = np.asarray(stats["ref_x"]) == np.asarray(stats["ref_xp"]) if len(example_of_pair) else np.zeros(0, bool)
+    every = {"pairs": int(len(example_of_pair)), "examples": int(len(np.unique(example_of_pair)))}
+    conditioned = {"pairs": int(invariant.sum()), "examples": int(len(np.unique(example_of_pair[invariant])))}
+    return {m: conditioned if m in ("hard_scope", "soft_scope") else every for m in METRICS}
+
+
+def mean_and_std_error(per_trial) -> tuple[float, float]:
+    """Mean over trials and its standard error std(ddof=1) / sqrt(T) (Sec. 4), over the trials
+    where the metric is defined; NaN error with fewer than two."""
+    v = np.asarray(per_trial, np.float64)
+    v = v[~np.isnan(v)]
+    if not len(v):
+        return float("nan"), float("nan")
+    return float(v.mean()), float(v.std(ddof=1) / np.sqrt(len(v))) if len(v) > 1 else float("nan")
+
+
+def _trial_means(stats, pairs_by_trial: list[np.ndarray], labels, tolerance, cutoff) -> dict[str, float]:
+    per_trial = [_values(stats, g, labels, tolerance, cutoff) for g in pairs_by_trial if len(g)]
+    return {m: mean_and_std_error([t[m] for t in per_trial])[0] for m in METRICS}
+
+
+def summarize(stats: dict[str, np.ndarray], example_of_pair: Sequence[int], labels=None, *, trial_of_pair=None,
               tolerance: float = DEFAULT_TOLERANCE, cutoff: float = DEFAULT_CUTOFF,
               n_bootstrap: int = DEFAULT_BOOTSTRAP, seed: int = 0) -> dict:
-    """The five metrics and their 95% bootstrap intervals (resampling base examples).
+    """The five metrics as mean over trials, their standard errors and 95% bootstrap intervals
+    (module docstring).
 
     ``stats`` are pair_statistics over pairs (x_p, x'_p); pair p perturbs base example
-    example_of_pair[p]; labels (per pair, or None) give the accuracy gap."""
+    example_of_pair[p] in trial trial_of_pair[p] (None: one trial); labels (per pair, or None) give
+    the accuracy gap. Returns {metric: mean, "std_error", "per_trial", "pooled", "intervals",
+    "counts": {metric: {"pairs", "examples"}}, "pairs", "examples", "trials"}."""
     example_of_pair = np.asarray(example_of_pair)
+    nan = float("nan")
     if not len(example_of_pair):
-        nan = float("nan")
-        return {**{m: nan for m in METRICS}, "intervals": {m: [nan, nan] for m in METRICS}, "pairs": 0}
+        return {**{m: nan for m in METRICS}, "std_error": {m: nan for m in METRICS},
+                "per_trial": {m: [] for m in METRICS}, "pooled": {m: nan for m in METRICS},
+                "intervals": {m: [nan, nan] for m in METRICS},
+                "counts": counts(stats, example_of_pair), "pairs": 0, "examples": 0, "trials": 0}
     labels = None if labels is None else np.asarray(labels)
-    values = _values(stats, np.arange(len(example_of_pair)), labels, tolerance, cutoff)
+    trial_of_pair = np.zeros(len(example_of_pair), np.int64) if trial_of_pair is None else np.asarray(trial_of_pair)
+    trials = np.unique(trial_of_pair)
+    per_trial = [_values(stats, np.flatnonzero(trial_of_pair == t), labels, tolerance, cutoff) for t in trials]
+    headline = {m: mean_and_std_error([t[m] for t in per_trial]) for m in METRICS}
     examples, inverse = np.unique(example_of_pair, return_inverse=True)
     members = [np.flatnonzero(inverse == k) for k in range(len(examples))]
     rng = np.random.default_rng(seed)
     draws = {m: [] for m in METRICS}
     for _ in range(n_bootstrap):
         pick = np.concatenate([members[k] for k in rng.integers(len(examples), size=len(examples))])
-        for m, v in _values(stats, pick, labels, tolerance, cutoff).items():
+        for m, v in _trial_means(stats, [pick[trial_of_pair[pick] == t] for t in trials], labels, tolerance,
+                                 cutoff).items():
             draws[m].append(v)
     intervals = {m: [float(np.nanpercentile(d, 2.5)), float(np.nanpercentile(d, 97.5))] if n_bootstrap and
-                 not np.all(np.isnan(d)) else [float("nan")] * 2 for m, d in draws.items()}
-    return {**values, "intervals": intervals, "pairs": int(len(example_of_pair)),
-            "examples": int(len(examples))}
+                 not np.all(np.isnan(d)) else [nan, nan] for m, d in draws.items()}
+    return {**{m: headline[m][0] for m in METRICS}, "std_error": {m: headline[m][1] for m in METRICS},
+            "per_trial": {m: [t[m] for t in per_trial] for m in METRICS},
+            "pooled": _values(stats, np.arange(len(example_of_pair)), labels, tolerance, cutoff),
+            "intervals": intervals, "counts": counts(stats, example_of_pair), "pairs": int(len(example_of_pair)),
+            "examples": int(len(examples)), "trials": int(len(trials))}

@@ -1,6 +1,11 @@
 """SCoPE end to end (../seeds/002): perturb base texts along a capability w.r.t. a reference
 model (search.py), then compare each target with the reference (metrics.py); or every
-reference x target pair of a list of models (``matrix``)."""
+reference x target pair of a list of models (``matrix``).
+
+Each target's row reports every metric as the paper does (Sec. 4): mean over the ``trials``
+searches +- standard error, with a 95% bootstrap interval in addition, and the pairs / examples
+behind it: OOD agreement over every perturbed example, argmax-variant x' included (Sec. 3.3.2,
+App. E.1), Hard-/Soft-SCoPE over the reference-invariant pairs only (Eq. 2/3)."""
 
 from __future__ import annotations
 
@@ -20,7 +25,9 @@ from lmprobe.perturb.constraints import Words
 from lmprobe.report.artifacts import cache_key, cached_json, join
 
 TASKS = ("classify", "lm")
-CACHE_VERSION = 3  # 2: the reference model's identity in keys; 3: adjacent typos, lemmatized synonyms, NLTK stops
+# 2: the reference model's identity in keys; 3: adjacent typos, lemmatized synonyms, NLTK stops;
+# 4: argmax-variant perturbations kept, flagged invariant=False (App. E.1)
+CACHE_VERSION = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,59 +105,96 @@ def _top(log_probs, label_names, k=5, decode=None) -> list:
             for i, v in zip(np.asarray(ids), np.asarray(values))]
 
 
+PAIR_METRICS = ("ood_agreement", "hard_scope", "soft_scope")  # on (x, x') pairs, per trial
+IID_METRICS = ("iid_accuracy_gap", "iid_agreement")  # on the base samples x only
+
+
+def _log_probs(model, texts: Sequence[str]):
+    return model.log_probs(list(texts)) if texts else None
+
+
+def _pair_index(pairs: Sequence[Perturbation]) -> tuple[np.ndarray, np.ndarray]:
+    """(base example, trial) of each pair."""
+    return (np.asarray([p.index for p in pairs], np.int64), np.asarray([p.trial for p in pairs], np.int64))
+
+
+def _sample_rows(pairs: Sequence[Perturbation], labels, reference, ref_x, ref_xp, decode) -> list[dict]:
+    """One samples.jsonl row per pair with the reference's outputs (targets are added later)."""
+    return [{"index": p.index, "trial": p.trial, "text": p.text, "perturbed": p.perturbed, "objective": p.objective,
+             "invariant": p.invariant, "label": None if labels is None else int(labels[p.index]),
+             "probs": {reference.name: _probs(reference, ref_x[p.index], ref_xp[k], decode)}}
+            for k, p in enumerate(pairs)]
+
+
+def _probs(model, x, xp, decode) -> dict:
+    return {"x": _top(x, model.label_names, decode=decode), "x_perturbed": _top(xp, model.label_names, decode=decode)}
+
+
+def _iid_summary(ref_x, t_x, labels, config: Config, agreement: str) -> tuple[dict, dict]:
+    """Gap in IID accuracy and IID agreement over all base samples (Sec. 3.3.1/3.3.2): (summary,
+    per-sample statistics)."""
+    stats = metrics.pair_statistics(ref_x, ref_x, t_x, t_x, agreement=agreement)
+    n = stats["ref_x"].shape[0]
+    return metrics.summarize(stats, np.arange(n), labels, tolerance=config.tolerance, cutoff=config.cutoff,
+                             n_bootstrap=config.n_bootstrap, seed=config.seed), stats
+
+
+def _pair_summary(ref_x, ref_xp, t_x, t_xp, example, trial, config: Config, agreement: str) -> dict:
+    """OOD agreement over every pair, Hard-/Soft-SCoPE over the m1-invariant ones (Eq. 2/3, App.
+    E.1), per trial then mean +- standard error over trials (metrics.summarize)."""
+    if not len(example):
+        return metrics.summarize({}, [], None)
+    idx = jnp.asarray(example)
+    stats = metrics.pair_statistics(ref_x[idx], ref_xp, t_x[idx], t_xp, agreement=agreement)
+    return metrics.summarize(stats, example, None, trial_of_pair=trial, tolerance=config.tolerance,
+                             cutoff=config.cutoff, n_bootstrap=config.n_bootstrap, seed=config.seed)
+
+
+def _accuracy(reference_name: str, name: str, iid_stats, labels) -> dict | None:
+    if labels is None:
+        return None
+    return {reference_name: float((iid_stats["ref_x"] == labels).mean()),
+            name: float((iid_stats["target_x"] == labels).mean())}
+
+
+def _metric_row(iid: dict, paired: dict, accuracy: dict | None) -> dict:
+    """A target's results.json row: each metric's headline (mean over trials), std_error,
+    bootstrap interval, and the pairs / examples it counts; per-trial and pooled values of the
+    pair metrics. The IID metrics see the same base samples in every trial: standard error 0."""
+    source = {**{m: iid for m in IID_METRICS}, **{m: paired for m in PAIR_METRICS}}
+    row = {m: source[m][m] for m in metrics.METRICS}
+    row["std_error"] = {m: 0.0 if m in IID_METRICS else paired["std_error"][m] for m in metrics.METRICS}
+    row["intervals"] = {m: source[m]["intervals"][m] for m in metrics.METRICS}
+    row["counts"] = {m: source[m]["counts"][m] for m in metrics.METRICS}
+    row["per_trial"] = {m: paired["per_trial"][m] for m in PAIR_METRICS}
+    row["pooled"] = {m: paired["pooled"][m] for m in PAIR_METRICS}
+    row["trials"] = paired["trials"]
+    if accuracy is not None:
+        row["accuracy"] = accuracy
+    row["pairs"] = paired["pairs"]
+    return row
+
+
 def compare(reference, targets: dict, texts: Sequence[str], labels, result: SearchResult, config: Config,
-            *, outputs: dict | None = None, decode: Callable | None = None,
-            progress=lambda it, **_: it) -> tuple[dict, list[dict]]:
-    """Metrics of every target against the reference on the search's pairs, and sample rows.
-    ``outputs`` caches each model's log-probabilities of texts (name -> {text: row})."""
+            *, decode: Callable | None = None, progress=lambda it, **_: it) -> tuple[dict, list[dict]]:
+    """Metrics of every target against the reference on the search's pairs ({target: row},
+    _metric_row), and sample rows with every model's outputs."""
     pairs = result.perturbations
     perturbed = [p.perturbed for p in pairs]
     agreement = "cosine" if config.task == "lm" else "argmax"
     labels = None if labels is None else np.asarray(labels)
-
-    def lp(model, xs):
-        return model.log_probs(xs) if xs else None
-
-    ref_x, ref_xp = lp(reference, list(texts)), lp(reference, perturbed)
-    base_index = np.asarray([p.index for p in pairs], np.int64)
-    samples = [{"index": p.index, "trial": p.trial, "text": p.text, "perturbed": p.perturbed,
-                "objective": p.objective, "label": None if labels is None else int(labels[p.index]),
-                "probs": {reference.name: {"x": _top(ref_x[p.index], reference.label_names, decode=decode),
-                                           "x_perturbed": _top(ref_xp[k], reference.label_names, decode=decode)}}}
-               for k, p in enumerate(pairs)]
+    ref_x, ref_xp = _log_probs(reference, texts), _log_probs(reference, perturbed)
+    example, trial = _pair_index(pairs)
+    samples = _sample_rows(pairs, labels, reference, ref_x, ref_xp, decode)
     out = {}
     for name, target in progress(list(targets.items()), desc="targets"):
-        t_x = ref_x if target is reference else lp(target, list(texts))
-        iid = metrics.pair_statistics(ref_x, ref_x, t_x, t_x, agreement=agreement)
-        iid_summary = metrics.summarize(iid, np.arange(len(texts)), labels, tolerance=config.tolerance,
-                                        cutoff=config.cutoff, n_bootstrap=config.n_bootstrap, seed=config.seed)
-        if pairs:
-            t_xp = ref_xp if target is reference else lp(target, perturbed)
-            idx = jnp.asarray(base_index)
-            stats = metrics.pair_statistics(ref_x[idx], ref_xp, t_x[idx], t_xp, agreement=agreement)
-            summary = metrics.summarize(stats, base_index, None, tolerance=config.tolerance, cutoff=config.cutoff,
-                                        n_bootstrap=config.n_bootstrap, seed=config.seed)
-            per_trial = [metrics.summarize({k: v[m] for k, v in stats.items()}, base_index[m], None,
-                                           tolerance=config.tolerance, cutoff=config.cutoff, n_bootstrap=0)
-                         for m in (np.asarray([p.trial == t for p in pairs]) for t in range(config.trials)) if m.any()]
-            for k, p in enumerate(pairs):
-                samples[k]["probs"][name] = {"x": _top(t_x[p.index], target.label_names, decode=decode),
-                                             "x_perturbed": _top(t_xp[k], target.label_names, decode=decode)}
-        else:
-            summary, per_trial = metrics.summarize({}, [], None), []
-        row = {m: summary[m] for m in ("ood_agreement", "hard_scope", "soft_scope")}
-        row.update(iid_accuracy_gap=iid_summary["iid_accuracy_gap"], iid_agreement=iid_summary["iid_agreement"])
-        row["intervals"] = {**{m: summary["intervals"][m] for m in ("ood_agreement", "hard_scope", "soft_scope")},
-                            "iid_accuracy_gap": iid_summary["intervals"]["iid_accuracy_gap"],
-                            "iid_agreement": iid_summary["intervals"]["iid_agreement"]}
-        if len(per_trial) > 1:
-            row["trial_std_error"] = {m: float(np.nanstd([t[m] for t in per_trial], ddof=1) / np.sqrt(len(per_trial)))
-                                      for m in ("ood_agreement", "hard_scope", "soft_scope")}
-        if labels is not None:
-            row["accuracy"] = {reference.name: float((iid["ref_x"] == labels).mean()),
-                               name: float((iid["target_x"] == labels).mean())}
-        row["pairs"] = summary.get("pairs", 0)
-        out[name] = row
+        t_x = ref_x if target is reference else _log_probs(target, texts)
+        t_xp = ref_xp if target is reference or not pairs else _log_probs(target, perturbed)
+        iid, iid_stats = _iid_summary(ref_x, t_x, labels, config, agreement)
+        paired = _pair_summary(ref_x, ref_xp, t_x, t_xp, example, trial, config, agreement)
+        out[name] = _metric_row(iid, paired, _accuracy(reference.name, name, iid_stats, labels))
+        for k, p in enumerate(pairs):
+            samples[k]["probs"][name] = _probs(target, t_x[p.index], t_xp[k], decode)
     return out, samples
 
 
@@ -162,8 +206,9 @@ def run(reference, targets: dict, texts: Sequence[str], labels, config: Config, 
     compared, samples = compare(reference, targets, texts, labels, result, config, decode=decode, progress=progress)
     n_pairs = len(result.perturbations)
     return {"method": "scope", "reference": reference.name, "capability": config.capability, "task": config.task,
-            "objective": config.objective, "n_examples": result.n_examples, "n_invariant": result.n_invariant,
-            "n_pairs": n_pairs, "skipped": result.skipped,
+            "objective": config.objective, "n_examples": result.n_examples, "n_perturbed": result.n_perturbed,
+            "n_invariant": result.n_invariant, "n_pairs": n_pairs,
+            "n_invariant_pairs": sum(p.invariant for p in result.perturbations), "skipped": result.skipped,
             "search": {"seconds": seconds, "seconds_per_perturbed_sample": seconds / max(n_pairs, 1),
                        "model_calls": result.model_calls, "candidates_scored": result.candidates_scored},
             "targets": compared, "config": dataclasses.asdict(config)}, samples

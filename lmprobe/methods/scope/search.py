@@ -17,6 +17,14 @@ Per example and trial:
     argmax and differs from x and from the earlier trials' results. The first such candidate
     is accepted; with max_words > 1 the walk continues (one batched call per step for all
     examples still going) while each further word lowers L.
+ 4. no argmax-invariant candidate at any word: x' is the lowest-L candidate of the walk (Eq. 1's
+    minimiser over the one-word edits, distinct from x and the earlier trials), kept with
+    ``invariant=False``. App. E.1: "it is possible that the search method is unable to find
+    candidates that fulfill this criterion ... there are a few argmax-variant samples as well.
+    Note, the argmax-variant samples would be ignored while evaluating measures such as
+    Hard-SCoPE and Soft-SCoPE". So every eligible example gets an x' per trial: OOD agreement
+    (Sec. 3.3.2, an expectation over all x in X) counts it, and Hard-/Soft-SCoPE (Eq. 2/3,
+    conditioned on y_m1(x) = y_m1(x')) leave it out (metrics.py).
 Each trial draws its own random candidates (typos) from np.random.default_rng([seed, i, t]),
 so results do not depend on batching.
 """
@@ -41,7 +49,9 @@ OBJECTIVES = ("l1", "kl")
 @dataclasses.dataclass(frozen=True)
 class Goal:
     """objective L: 'l1' = ||m(x) - m(x')||_1 (Eq. 1, the default) or 'kl' = KL(m(x) || m(x'))
-    (App. I); require_argmax: only argmax-invariant candidates succeed."""
+    (App. I); require_argmax: only argmax-invariant candidates succeed (Sec. 3.1), and an example
+    with none keeps its lowest-L candidate flagged ``invariant=False`` (App. E.1); False: every
+    candidate succeeds (the greedy walk then only follows L)."""
 
     objective: str = "l1"
     require_argmax: bool = True
@@ -59,6 +69,7 @@ class Perturbation:
     perturbed: str
     objective: float  # L(m(x), m(x'))
     words: tuple[int, ...]  # modified word positions
+    invariant: bool = True  # y_m(x') = y_m(x); False: argmax-variant, kept for OOD agreement (App. E.1)
 
 
 @dataclasses.dataclass
@@ -71,7 +82,12 @@ class SearchResult:
 
     @property
     def n_invariant(self) -> int:
-        """Examples with at least one invariant perturbation."""
+        """Examples with at least one argmax-invariant perturbation."""
+        return len({p.index for p in self.perturbations if p.invariant})
+
+    @property
+    def n_perturbed(self) -> int:
+        """Examples with at least one perturbation, argmax-invariant or not."""
         return len({p.index for p in self.perturbations})
 
 
@@ -107,6 +123,8 @@ class _State:
     position: int = 0
     loss: float | None = None
     modified: tuple[int, ...] = ()
+    invariant: bool = True  # of current
+    fallback: tuple[float, str, int] | None = None  # lowest-L argmax-variant candidate (L, text, word)
     done: bool = False
 
 
@@ -132,7 +150,8 @@ class _Cache:
 def search(model, texts: Sequence[str], capability: Capability, *, goal: Goal = Goal(), trials: int = 3,
            seed: int = 0, chunk_size: int = 2048, base_log_probs=None,
            progress: Callable = lambda it, **_: it) -> SearchResult:
-    """Up to ``trials`` distinct invariant perturbations of each text (module docstring)."""
+    """``trials`` distinct perturbations of each text with an eligible word, argmax-invariant ones
+    where the search finds one, flagged otherwise (module docstring)."""
     capability.check()
     goal.check()
     if trials < 1:
@@ -157,11 +176,11 @@ def search(model, texts: Sequence[str], capability: Capability, *, goal: Goal = 
             if s.loss is not None:
                 text = s.current.text
                 seen[s.index].add(text)
-                found.append(Perturbation(s.index, trial, texts[s.index], text, s.loss, s.modified))
+                found.append(Perturbation(s.index, trial, texts[s.index], text, s.loss, s.modified, s.invariant))
     n_found = len({p.index for p in found})
     eligible = len(texts) - sum(skipped.values())
     if eligible - n_found:
-        skipped["no invariant candidate"] = eligible - n_found
+        skipped["no candidate"] = eligible - n_found
     found.sort(key=lambda p: (p.index, p.trial))
     return SearchResult(found, len(texts), skipped, cache.calls + (base_log_probs is None), cache.scored)
 
@@ -218,14 +237,22 @@ def _greedy(states: list[_State], capability: Capability, goal: Goal, cache: _Ca
                 step.append((s, *proposal))
         cache.fill([(s.index, t) for s, _, texts in step for t in texts])  # one call per step
         for s, j, texts in step:
-            valid = [(cache.table[s.index, t][0], t) for t in texts
-                     if (cache.table[s.index, t][1] or not goal.require_argmax) and t not in seen[s.index]]
+            new = [(cache.table[s.index, t][0], t) for t in texts if t not in seen[s.index]]
+            valid = [(loss, t) for loss, t in new if cache.table[s.index, t][1] or not goal.require_argmax]
+            if s.loss is None and len(valid) < len(new):  # still one word from x: remember the best variant
+                variant = min((loss, t, j) for loss, t in new if (loss, t) not in valid)
+                s.fallback = variant if s.fallback is None else min(s.fallback, variant)
             if valid:
                 loss, text = min(valid)
                 if s.loss is None or loss < s.loss:
                     s.current, s.loss, s.modified = Words.of(text), loss, s.modified + (j,)
+                    s.invariant = cache.table[s.index, text][1]
                     s.done = len(s.modified) >= capability.max_words
                     continue
             if s.loss is not None:
                 s.done = True  # a further word did not lower L
         active = [s for s in active if not s.done]
+    for s in states:
+        if s.loss is None and s.fallback is not None:  # App. E.1: no invariant candidate anywhere
+            loss, text, j = s.fallback
+            s.current, s.loss, s.modified, s.invariant = Words.of(text), loss, (j,), False
