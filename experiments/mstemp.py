@@ -3,12 +3,19 @@ meta semantic templates (evaluator LMs paraphrase, an encoder filters, parsing a
 
     python -m experiments.mstemp --model=TARGET --evaluator=NAME [--evaluator=NAME ...]
         [--filter=minilm-l6 --dataset=rt-polarity --n_templates=5 --m_samples=3 --tau=0.7
-         --attack=none|typo|synonym --output_dir=runs/mstemp]
+         --attack=none|greedy-typo|greedy-synonym|random-typo|random-synonym
+         --output_dir=runs/mstemp]
     lmprobe mstemp --model=smollm2-135m --evaluator=smollm2-135m,pythia-70m --label_names=negative,positive
 
 The default seeds are rt-polarity's test split (800 Rotten Tomatoes sentences, human labels;
 install: python -m experiments.assets --install pang-lee); --dataset=offline-sentiment needs no
 install but has SILVER labels (lmprobe.data.labelled).
+
+The headline is the fair comparison: the target's accuracy on the seeds that have generated samples
+(the contributing seeds) against stratified draws of one generated sample per contributing seed;
+the all-seed baseline against unstratified draws (selection-biased) is printed below it and kept
+in results.json (baseline_accuracy, generated_accuracy, drop). --attack=greedy-* edits the samples
+to flip the target's prediction (SCoPE's greedy search); random-* adds blind random noise.
 
 Writes OUTPUT_DIR/results.json and OUTPUT_DIR/samples.jsonl (seed, paraphrase, similarity,
 template, filled sample, label, prediction). Paraphrases are cached under OUTPUT_DIR/cache: a
@@ -26,7 +33,7 @@ from lmprobe.errors import LmprobeError
 from lmprobe.methods import mstemp
 from lmprobe.methods.mstemp import filter as semantic_filter
 from lmprobe.methods.mstemp import templates
-from lmprobe.methods.mstemp.run import ATTACKS
+from lmprobe.methods.mstemp.adversarial import ALIASES, ATTACKS
 from lmprobe.report.artifacts import join, write_jsonl
 
 
@@ -49,17 +56,29 @@ def build_parser():
     p = cli.parser(__doc__, "mstemp")
     cli.front_end(p, FrontEnd)
     return p, cli.method(p, mstemp.Config, choices={
-        "attack": tuple(sorted(ATTACKS)), "tagger": ("auto", "nltk", "wordnet"), "slot_kinds": templates.SLOT_KINDS})
+        "attack": (*ATTACKS, *ALIASES), "tagger": ("auto", "nltk", "wordnet"), "slot_kinds": templates.SLOT_KINDS})
 
 
 def _summary(result: dict, rows: list[dict]) -> str:
     lines = [f"== MSTemp: {result['target']} on {result['n_seed']} seeds ({result['dataset'][:60]})",
              f"classifier: {result['classifier']}",
-             f"baseline accuracy {result['baseline_accuracy']:.3f}   generated {result['generated_accuracy']:.3f}   "
-             f"drop {result['drop']:+.3f} ({100 * result['relative_drop']:.1f}%)",
-             f"{'evaluator':<28} {'accuracy':>14} {'samples':>8} {'accept':>7} {'no tmpl':>8}"]
+             f"fair (the {result['contributing_seeds']} seeds with generated samples; one sample per seed per draw): "
+             f"baseline accuracy {result['fair_baseline_accuracy']:.3f}   generated "
+             f"{result['fair_generated_accuracy']:.3f}   drop {result['fair_drop']:+.3f} "
+             f"({100 * result['fair_relative_drop']:.1f}%)",
+             f"all seeds (selection-biased, as before): baseline accuracy {result['baseline_accuracy']:.3f}   "
+             f"generated {result['generated_accuracy']:.3f}   drop {result['drop']:+.3f} "
+             f"({100 * result['relative_drop']:.1f}%)"]
+    if "attack" in result:
+        a = result["attack"]
+        lines.append(f"attack {a['attack']}: {a['flipped']} of {a['attacked']} correctly classified samples flipped "
+                     f"({a['already_wrong']} already wrong)")
+    lines.append(f"{'evaluator':<28} {'seeds':>6} {'base':>6} {'fair acc':>14} {'all-seed acc':>14} "
+                 f"{'samples':>8} {'accept':>7} {'no tmpl':>8}")
     for name, e in result["per_evaluator"].items():
-        lines.append(f"{name:<28} {e['accuracy']:>7.3f}±{e['accuracy_std']:.3f} {e['samples']:>8} "
+        lines.append(f"{name:<28} {e['contributing_seeds']:>6} {e['baseline_accuracy_contributing']:>6.3f} "
+                     f"{e['accuracy_stratified']:>7.3f}±{e['accuracy_stratified_std']:.3f} "
+                     f"{e['accuracy']:>7.3f}±{e['accuracy_std']:.3f} {e['samples']:>8} "
                      f"{e['acceptance_rate']:>7.2f} {e['seeds_without_template']:>8}")
     for r in rows[:3]:
         lines.append(f"  [{r['label_name']}] {r['seed'][:50]!r} -> {r['template'][:50]!r} -> {r['sample'][:60]!r}")

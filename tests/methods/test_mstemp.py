@@ -101,12 +101,15 @@ def test_same_seed_same_generated_set():
     assert [r["sample"] for r in other] != [r["sample"] for r in first]
 
 
-def test_typo_attack_changes_samples_but_not_labels():
+def test_random_typo_attack_changes_samples_but_not_labels():
     clean, _ = _generate()
-    attacked, _ = _generate(mstemp.Config(**{**CONFIG.__dict__, "attack": "typo", "attack_strength": 2}))
+    attacked, _ = _generate(mstemp.Config(**{**CONFIG.__dict__, "attack": "random-typo", "attack_strength": 2}))
     assert len(attacked) == len(clean)
     assert [r["label"] for r in attacked] == [r["label"] for r in clean]
+    assert [r["unattacked"] for r in attacked] == [r["sample"] for r in clean]
     assert sum(a["sample"] != c["sample"] for a, c in zip(attacked, clean)) >= len(clean) // 2
+    # 'typo' (the name before the greedy attacks, in README) is the same random attack
+    assert _generate(mstemp.Config(**{**CONFIG.__dict__, "attack": "typo", "attack_strength": 2}))[0] == attacked
 
 
 def test_bad_input_is_refused_before_any_model():
@@ -116,6 +119,8 @@ def test_bad_input_is_refused_before_any_model():
         mstemp.check_data(LabelledData([], np.zeros(0, np.int64), ("a", "b"), "nothing"))
     with pytest.raises(LmprobeError, match="unknown attack"):
         mstemp.Config(attack="emoji").check()
+    for name in ("greedy-typo", "greedy-synonym", "random-typo", "random-synonym", "typo", "synonym"):
+        mstemp.Config(attack=name).check()
 
 
 WORDS = ("the a an of in on to and was is were it this that very . , ! ? : movie film story actor actors "
@@ -142,13 +147,18 @@ def english_llama(tmp_path_factory):
     return str(path)
 
 
-def test_front_end_end_to_end_and_rerun_resumes(english_llama, tmp_path, capsys):
+def seeds_csv(tmp_path, first: str):
+    """Four labelled seeds (``first`` the positive one about John) as a CSV file."""
     data = tmp_path / "seeds.csv"
     data.write_text("text,label\n" + "\n".join(
-        f'"{t}",{y}' for t, y in [("John loved the old house near the river .", "positive"),
-                                  ("the movie was a boring story .", "negative"),
+        f'"{t}",{y}' for t, y in [(first, "positive"), ("the movie was a boring story .", "negative"),
                                   ("Mary saw a wonderful film in Paris .", "positive"),
                                   ("the actors wasted a terrible evening .", "negative")]) + "\n")
+    return data
+
+
+def test_front_end_end_to_end_and_rerun_resumes(english_llama, tmp_path, capsys):
+    data = seeds_csv(tmp_path, "John loved the old house near the river .")
     out = tmp_path / "run"
     argv = [f"--model={english_llama}", f"--evaluator={english_llama}", f"--filter={english_llama}",
             f"--dataset={data}", "--n_templates=3", "--m_samples=2", "--tau=-1", "--max_new_tokens=8",
@@ -163,12 +173,37 @@ def test_front_end_end_to_end_and_rerun_resumes(english_llama, tmp_path, capsys)
     assert len(rows) == result["n_generated"] > 0 and np.isfinite(result["generated_accuracy"])
     for r in rows:
         assert {"seed", "paraphrase", "similarity", "template", "sample", "label"} <= set(r)
-    assert "baseline accuracy" in capsys.readouterr().out
+    assert result["fair_drop"] == pytest.approx(result["fair_baseline_accuracy"] - result["fair_generated_accuracy"])
+    printed = capsys.readouterr().out
+    assert "baseline accuracy" in printed and printed.index("fair (the") < printed.index("all seeds (selection-biased")
     cached = sorted(p.name for p in (out / "cache").iterdir())
     assert cached
     front_end.main(argv)  # resumes from the cached paraphrases: same samples
     assert [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()] == rows
     assert sorted(p.name for p in (out / "cache").iterdir()) == cached
+
+
+def test_front_end_greedy_attack_flips_only_what_it_reports(english_llama, tmp_path, capsys):
+    """The greedy attack on a real (random) decoder target through SCoPE's search: a sample is
+    edited exactly when the reported prediction is then wrong, and untouched samples keep their
+    clean prediction."""
+    data = seeds_csv(tmp_path, "John loved the wonderful house near the river .")
+    common = [f"--model={english_llama}", f"--evaluator={english_llama}", f"--filter={english_llama}",
+              f"--dataset={data}", "--n_templates=2", "--m_samples=2", "--tau=-1", "--max_new_tokens=8",
+              "--tagger=wordnet", "--batch_size=8", "--attack_strength=2"]
+    front_end.main([*common, f"--output_dir={tmp_path / 'clean'}"])
+    front_end.main([*common, "--attack=greedy-typo", f"--output_dir={tmp_path / 'greedy'}"])
+    clean = [json.loads(line) for line in (tmp_path / "clean" / "samples.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in (tmp_path / "greedy" / "samples.jsonl").read_text().splitlines()]
+    result = json.loads((tmp_path / "greedy" / "results.json").read_text())
+    assert [r["unattacked"] for r in rows] == [r["sample"] for r in clean]
+    for r, c in zip(rows, clean):
+        assert r["attacked"] == (c["prediction"] == c["label"])
+        assert (r["sample"] != r["unattacked"]) == r["attack_success"]
+        assert r["prediction"] == (1 - r["label"] if r["attack_success"] else c["prediction"])
+    assert result["attack"]["flipped"] == sum(r["attack_success"] for r in rows)
+    assert result["attack"]["attacked"] + result["attack"]["already_wrong"] == len(rows)
+    assert "attack greedy-typo" in capsys.readouterr().out
 
 
 def test_front_end_one_class_is_one_clear_error(tmp_path, capsys):
@@ -188,6 +223,23 @@ def test_encoder_target_is_scored_by_a_probe_and_compared_fairly():
     assert result["drop"] == pytest.approx(result["baseline_accuracy"] - result["generated_accuracy"])
     assert result["n_generated"] == len(rows) == result["per_evaluator"]["fake"]["samples"]
     assert all(r["prediction"] in (0, 1) for r in rows)
+
+
+def test_greedy_attack_on_a_probed_encoder_flips_what_it_reports():
+    clean, clean_rows = mstemp.run(BagOfWords(), {"fake": FakeEvaluator()}, BagOfWords(), DATA, CONFIG,
+                                   target_name="bow", filter_name="bow")
+    config = mstemp.Config(**{**CONFIG.__dict__, "attack": "greedy-typo", "attack_strength": 2})
+    result, rows = mstemp.run(BagOfWords(), {"fake": FakeEvaluator()}, BagOfWords(), DATA, config,
+                              target_name="bow", filter_name="bow")
+    assert [r["unattacked"] for r in rows] == [r["sample"] for r in clean_rows]
+    assert result["attack"]["flipped"] >= 1 and "attack" not in clean
+    for r, c in zip(rows, clean_rows):
+        assert r["attacked"] == (c["prediction"] == r["label"])
+        assert (r["prediction"] == r["label"]) == (r["attacked"] and not r["attack_success"])
+        assert (r["sample"] != r["unattacked"]) == r["attack_success"]
+    before, after = clean["per_evaluator"]["fake"], result["per_evaluator"]["fake"]
+    assert after["accuracy_all_samples"] == pytest.approx(before["accuracy_all_samples"]
+                                                          - result["attack"]["flipped"] / len(rows))
 
 
 def test_fair_accuracy_draws_n_of_the_generated_samples():

@@ -9,6 +9,12 @@ seq2seq loglikelihood). Encoders have no zero-shot reading: a linear probe (ridg
 classes, closed form) is trained on frozen mean-pooled embeddings of the seed set; its seed accuracy is
 k-fold cross-validated (a probe never sees the fold it is scored on), and the generated samples
 are scored by the probe trained on every seed.
+
+Fair comparison: the generated set only holds samples of the seeds that kept a paraphrase and a
+template with slots (the contributing seeds), so the baseline is also computed on those seeds
+alone, and the generated samples are drawn stratified by seed (``stratified_accuracy``: one
+sample per contributing seed per draw by default, so every seed weighs as much as in the
+baseline). The all-seed baseline and the unstratified draws are kept for comparison.
 """
 
 from __future__ import annotations
@@ -33,15 +39,23 @@ def zero_shot_prompt(tokenizer, text: str, label_names: Sequence[str]) -> str:
     return f"{turn}Answer:" if turn else f"{request}\nAnswer:"
 
 
+def zero_shot_scores(scorer, texts: Sequence[str], label_names: Sequence[str]) -> np.ndarray:
+    """[len(texts), len(label_names)]: ln p(" name" | prompt) (an encoder-decoder: ln p(name | prompt)
+    as its answer); the prediction is the argmax."""
+    if not len(texts):
+        return np.zeros((0, len(label_names)))
+    prompts = [zero_shot_prompt(scorer.tokenizer, t, label_names) for t in texts]
+    if getattr(scorer, "is_encoder_decoder", False):
+        return answer_log_probs(scorer, prompts, list(label_names))
+    return icl.label_log_probs(scorer, prompts, list(label_names))
+
+
 def zero_shot_predictions(scorer, texts: Sequence[str], label_names: Sequence[str]) -> np.ndarray:
     """Class index with the highest ln p(" name" | prompt) (an encoder-decoder: ln p(name | prompt)
     as its answer), per text."""
     if not len(texts):
         return np.zeros(0, np.int64)
-    prompts = [zero_shot_prompt(scorer.tokenizer, t, label_names) for t in texts]
-    if getattr(scorer, "is_encoder_decoder", False):
-        return np.argmax(answer_log_probs(scorer, prompts, list(label_names)), axis=1)
-    return np.argmax(icl.label_log_probs(scorer, prompts, list(label_names)), axis=1)
+    return np.argmax(zero_shot_scores(scorer, texts, label_names), axis=1)
 
 
 def answer_log_probs(scorer, prompts: Sequence[str], answers: Sequence[str]) -> np.ndarray:
@@ -68,6 +82,22 @@ def _predict(probe, x: np.ndarray) -> np.ndarray:
     return classes[np.argmax(np.c_[x, np.ones(len(x))] @ weights, axis=1)]
 
 
+def probe_scores(seed_z: np.ndarray, seed_labels: np.ndarray, n_classes: int | None = None):
+    """z [n, d] -> class scores [n, n_classes] of the probe trained on every seed (features
+    standardised with the seed statistics; classes absent from the seeds score -inf), the
+    probe that ``probe_predictions`` applies to the generated samples."""
+    mean, std = seed_z.mean(0), seed_z.std(0) + 1e-6
+    weights, classes = ridge_probe((seed_z - mean) / std, seed_labels)
+    n_classes = n_classes or int(classes.max()) + 1
+
+    def scores(z: np.ndarray) -> np.ndarray:
+        out = np.full((len(z), n_classes), -np.inf)
+        out[:, classes] = np.c_[(np.asarray(z) - mean) / std, np.ones(len(z))] @ weights
+        return out
+
+    return scores
+
+
 def probe_predictions(seed_z: np.ndarray, seed_labels: np.ndarray, other_z: np.ndarray,
                       folds: int = FOLDS, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """(cross-validated predictions on the seeds, predictions on ``other_z`` from a probe
@@ -92,3 +122,52 @@ def fair_accuracy(correct: np.ndarray, n: int, repeats: int, rng: np.random.Gene
     k = min(n, len(correct))
     draws = [correct[rng.choice(len(correct), size=k, replace=False)].mean() for _ in range(repeats)]
     return float(np.mean(draws)), float(np.std(draws))
+
+
+def stratified_counts(capacity: Sequence[int], k: int, rng: np.random.Generator) -> np.ndarray:
+    """How many of k draws each group gets when every group should be equally represented:
+    level L with sum(min(capacity, L)) <= k, then the remainder +1 each to randomly chosen groups
+    that have more than L; groups with fewer than L items give all of them. Counts of the groups
+    not limited by their capacity differ by at most one."""
+    capacity = np.asarray(capacity, np.int64)
+    k = min(int(k), int(capacity.sum()))
+    level = 0
+    while np.minimum(capacity, level + 1).sum() <= k and level < capacity.max(initial=0):
+        level += 1
+    counts = np.minimum(capacity, level)
+    spare = np.flatnonzero(capacity > level)
+    counts[rng.choice(spare, size=k - int(counts.sum()), replace=False)] += 1
+    return counts
+
+
+def stratified_draw(groups: Sequence, k: int, rng: np.random.Generator) -> np.ndarray:
+    """Indices of k items drawn without replacement, the groups (e.g. the seed of each generated
+    sample) as equally represented as their sizes allow (``stratified_counts``)."""
+    groups = np.asarray(groups)
+    names, inverse = np.unique(groups, return_inverse=True)
+    members = [np.flatnonzero(inverse == g) for g in range(len(names))]
+    counts = stratified_counts([len(m) for m in members], k, rng)
+    picked = [rng.choice(m, size=c, replace=False) for m, c in zip(members, counts) if c]
+    return np.sort(np.concatenate(picked)) if picked else np.zeros(0, np.int64)
+
+
+def stratified_accuracy(correct: np.ndarray, groups: Sequence, repeats: int, rng: np.random.Generator,
+                        n: int | None = None) -> tuple[float, float]:
+    """Mean and std over ``repeats`` stratified draws (``stratified_draw``) of n samples, n = the
+    number of groups by default: one generated sample per contributing seed, the size and the
+    weights of the baseline on those seeds."""
+    correct = np.asarray(correct, np.float64)
+    if not len(correct):
+        return float("nan"), float("nan")
+    n = len(np.unique(groups)) if n is None else n
+    draws = [correct[stratified_draw(groups, n, rng)].mean() for _ in range(repeats)]
+    return float(np.mean(draws)), float(np.std(draws))
+
+
+def seed_weighted_accuracy(correct: np.ndarray, groups: Sequence) -> float:
+    """Mean over groups of the group's accuracy: what stratified draws of one sample per group
+    average to."""
+    correct, groups = np.asarray(correct, np.float64), np.asarray(groups)
+    if not len(correct):
+        return float("nan")
+    return float(np.mean([correct[groups == g].mean() for g in np.unique(groups)]))
