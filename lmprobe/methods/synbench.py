@@ -226,13 +226,29 @@ def scorer_representation(scorer, name: str, *, seq_len: int = DEFAULT_SEQ_LEN, 
 
     * Default pooling: the last token for decoders (the only one that attends to all inputs),
     the mean over tokens for encoders (no input is a real [CLS]).
+    * Each token's hidden coordinates are multiplied by fixed balanced signs (``balanced_signs``)
+    before the model sees them. The class mean y s 1_d / sqrt(d) is constant across coordinates,
+    and a LayerNorm over the hidden axis (BERT's embedding LayerNorm, the first thing an encoder
+    does to its inputs) subtracts exactly that constant: without the signs every class signal is
+    erased and the score is 0 for any encoder. The signs keep both covariances (identity, and
+    band: per channel along the tokens), so the raw reference is unchanged.
     """
     pooling = pooling or ("last" if scorer.is_decoder else "mean")
     shape = (seq_len, int(scorer.config.hidden_size))
-    rep = Representation(name, shape, lambda x: scorer.embed_inputs(np.asarray(x), pooling=pooling, layer=layer),
-                         channel_axis=-1, settings={"pooling": pooling, "layer": layer, "seq_len": seq_len},
+    signs = balanced_signs(shape[1])
+    rep = Representation(name, shape,
+                         lambda x: scorer.embed_inputs(np.asarray(x) * signs, pooling=pooling, layer=layer),
+                         channel_axis=-1, settings={"pooling": pooling, "layer": layer, "seq_len": seq_len,
+                                                    "input_signs": "balanced"},
                          identity=identity if identity is not None else model_key(scorer))
     return rep
+
+
+def balanced_signs(d: int, seed: int = 0) -> np.ndarray:
+    """[d] float32 of +1 and -1 in equal numbers (one more +1 for odd d), in a seeded order: the
+    constant vector becomes one with (near) zero mean and the same norm."""
+    signs = np.where(np.arange(d) < (d + 1) // 2, 1.0, -1.0).astype(np.float32)
+    return signs[np.random.default_rng(seed).permutation(d)]
 
 
 def vit_representation(model, name: str, *, mean, std, image_size, channels: int = 3,

@@ -247,3 +247,30 @@ def test_front_end_on_a_tiny_vit(tmp_path):
     assert rep["input_shape"] == [3, 16, 16] and rep["channel_axis"] == 0 and rep["dim"] == 32
     assert rep["pooling"] == "cls" and rep["mean"] == pytest.approx([0.4, 0.5, 0.6]) and rep["offset"] == 0.5
     assert np.isfinite(result["scores"][0]["score"])
+
+
+class LayerNormEncoder:
+    """Stands in for an encoder fed input embeddings: a LayerNorm over each token's hidden
+    coordinates (BERT's embedding LayerNorm), then the mean over tokens."""
+
+    is_decoder = False
+    config = type("Config", (), {"hidden_size": 48})
+
+    def embed_inputs(self, x, pooling, layer):
+        return _layernorm_mean(jnp.asarray(x))
+
+
+def _layernorm_mean(x):
+    return ((x - x.mean(-1, keepdims=True)) / jnp.sqrt(x.var(-1, keepdims=True) + 1e-5)).mean(1)
+
+
+def test_a_layernorm_first_encoder_sees_the_class_signal():
+    # the class mean is constant across coordinates: fed as is, the LayerNorm subtracts it and the
+    # score is 0 whatever the model; the balanced signs keep it (an identity-like encoder: about 1)
+    config = synbench.Config(n=1024, batch_size=256, scales=(0.5, 1.0, 2.0, 3.0), a_t=(0.7,), epsilons=(0.0,))
+    rep = synbench.scorer_representation(LayerNormEncoder(), "layernorm", seq_len=8, identity={})
+    assert synbench.run(rep, config).scores[0]["score"] > 0.8
+    unsigned = synbench.function_representation("no signs", _layernorm_mean, (8, 48), batch_size=256)
+    assert synbench.run(unsigned, config).scores[0]["score"] == 0.0
+    signs = synbench.balanced_signs(48)
+    assert signs.sum() == 0 and set(signs.tolist()) == {-1.0, 1.0} and synbench.balanced_signs(5).sum() == 1
