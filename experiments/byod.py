@@ -1,15 +1,22 @@
 """BYOD: self-supervised sensitivity scores of language models on your own text.
 
     python -m experiments.byod --model=NAME [--model=NAME2 ...] [--corpus=PATH_OR_SPEC
-        --metrics=negation,toxicity,long_range,word_order,tokenization,entropy --max_examples=1000
-        --seed=0 --output_dir=runs/byod --k_long_range=2 --n_swaps=1 --chop=5 --trigger=' Fuck Fuck'
-        --profanity=PATH --benign=wordnet-examples]
+        --metrics=negation,toxicity,long_range,word_order,tokenization,entropy
+        --examples=word_order:5000,negation:1000 --max_examples=N --seed=0 --output_dir=runs/byod
+        --k_long_range=2 --n_swaps=1 --chop=5 --trigger=' Fuck Fuck' --trigger_counts=1,2,3
+        --topic_sentences --profanity=PATH --benign=wordnet-examples]
     lmprobe byod --model=smollm2-135m,pythia-70m --corpus=notes.txt --metrics=negation,word_order
 
---k_long_range, --n_swaps and --chop take lists for the paper's ablations (the first value is the
-headline score). Writes OUTPUT_DIR/results.json, samples.jsonl (per-example records) and
-radar.png (the paper's Fig. 2, one polygon per model). Each metric is cached under
-OUTPUT_DIR/cache: a rerun resumes where it stopped.
+Examples per metric: the paper's by default (1000; word order 5000); --max_examples=N sets every
+metric's, --examples=METRIC:N (or METRIC:all) one metric's, over both. --k_long_range, --n_swaps,
+--chop and --trigger_counts (F-bombs appended, App. A.2 Fig. 16) take lists for the paper's
+ablations (the first value is the headline score). --topic_sentences runs negation on the first
+sentence of each document (the paper: Wikipedia topic sentences). The benign corpus normalising
+negation is BookCorpus in the paper, WordNet gloss examples here by default (--benign).
+
+Writes OUTPUT_DIR/results.json, samples.jsonl (per-example records) and radar.png (the paper's
+Fig. 2, one polygon per model). Each metric is cached under OUTPUT_DIR/cache: a rerun resumes
+where it stopped.
 """
 
 from __future__ import annotations
@@ -66,18 +73,25 @@ def _cell(metric: dict) -> str:
 
 
 def summary(models: dict[str, dict], metrics) -> str:
-    """One row per metric, one column per model: score ± stderr (n)."""
+    """One row per metric, one column per model: score ± stderr (n); then its other numbers and
+    its ablation (a row per value)."""
     width = max(28, *(len(m) + 2 for m in models))
-    rows = [f"{'metric':<14}" + "".join(f"{m:>{width}}" for m in models)]
     extras = {"negation": ("normalized", "percent_ppl_drops"), "toxicity": ("logit_score",),
               "word_order": ("mean",), "entropy": ("sentence_entropy",)}
+    rows = [("metric", list(models))]
     for name in metrics:
-        rows.append(f"{name:<14}" + "".join(f"{_cell(r[name]):>{width}}" for r in models.values()))
+        rows.append((name, [_cell(r[name]) for r in models.values()]))
         for extra in extras.get(name, ()):
             cells = [r[name].get(extra) for r in models.values()]
-            rows.append(f"{'  ' + extra:<14}" + "".join(
-                f"{('-' if c is None else f'{c:.4f}'):>{width}}" for c in cells))
-    return "\n".join(rows)
+            rows.append(("  " + extra, ["-" if c is None else f"{c:.4f}" for c in cells]))
+        first = next((r[name]["ablation"] for r in models.values() if r[name].get("ablation")), [])
+        for i, entry in enumerate(first):  # ablation rows: "  k=1", "  trigger_count=3", ...
+            param = next(iter(entry))
+            cells = [(r[name].get("ablation") or [{}] * len(first))[i] for r in models.values()]
+            rows.append((f"  {param}={entry[param]}", [_cell({**c, "skipped": {}}) if "score" in c else "-"
+                                                       for c in cells]))
+    label = max(14, *(len(row[0]) + 2 for row in rows))
+    return "\n".join(f"{head:<{label}}" + "".join(f"{c:>{width}}" for c in cells) for head, cells in rows)
 
 
 def _skips(model: str, metrics: dict) -> list[str]:
@@ -112,10 +126,13 @@ def main(argv=None):
              + (f"; benign {benign.name}: {len(benign.sentences)} sentences" if benign else "")
              + (f"; profanity list {profanity.source}: {len(profanity.words)} entries"
                 if profanity is not None and not isinstance(profanity, LmprobeError) else ""))
+    log.info("examples per metric: " + ", ".join(f"{name} {config.limit(name) or 'all'}" for name in config.metrics))
 
     results = {"method": "byod", "corpus": {"name": corpus.name, "paragraphs": len(corpus.paragraphs),
                                             "sentences": len(corpus.sentences)},
-               "config": dataclasses.asdict(config), "models": {}, "timings_s": {}}
+               "config": dataclasses.asdict(config),
+               "examples": {name: config.limit(name) for name in config.metrics},  # per metric (null: all)
+               "models": {}, "timings_s": {}}
     samples = []
     for name in args.model:
         scorer = run.loaded(name, load_scorer(args, name))

@@ -245,7 +245,7 @@ def test_front_end_writes_results_samples_and_radar(model_dir, tmp_path):
     out = tmp_path / "run"
     front_end.main([f"--model={model_dir}", f"--corpus={corpus}", f"--benign={corpus}", f"--profanity={words}",
                     "--max_examples=3", "--no_generate", "--toxicity_logit=next", "--k_long_range=2,1",
-                    f"--output_dir={out}"])
+                    "--examples=word_order:2", "--trigger_counts=1,2", "--topic_sentences", f"--output_dir={out}"])
     results = json.loads((out / "results.json").read_text())
     metrics = results["models"][str(model_dir)]
     assert results["method"] == "byod" and set(metrics) == set(byod.METRICS)
@@ -253,8 +253,14 @@ def test_front_end_writes_results_samples_and_radar(model_dir, tmp_path):
         assert m["n"] > 0 and m["score"] is not None, name
     assert {"normalized", "percent_ppl_drops", "stderr"} <= set(metrics["negation"])
     assert [a["k"] for a in metrics["long_range"]["ablation"]] == [2, 1]
+    assert results["examples"] == {**{name: 3 for name in byod.METRICS}, "word_order": 2}
+    assert metrics["word_order"]["n"] == 2 and metrics["entropy"]["n"] == 3
+    assert [a["trigger"] for a in metrics["toxicity"]["ablation"]] == [" Fuck", DEFAULT_TRIGGER]
+    firsts = {p[0] for p in PARAGRAPHS}
+    assert results["config"]["topic_sentences"] and metrics["negation"]["n"] == 3
     rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert {r["metric"] for r in rows} == set(byod.METRICS)
+    assert {r["text"] for r in rows if r["metric"] == "negation" and not r.get("benign")} <= firsts
     assert (out / "radar.png").stat().st_size > 10_000
 
 

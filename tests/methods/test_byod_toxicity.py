@@ -2,6 +2,8 @@
 text by character offset, the logit score averaged over the continuation's positions (each
 checked against a direct computation on a tiny random Llama)."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 from scipy.special import softmax
@@ -11,6 +13,7 @@ from lmprobe.data.profanity import LDNOOBW_FILE, Profanity, load_profanity
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import byod
 from lmprobe.methods.byod import toxicity
+from lmprobe.methods.byod.common import shuffled
 from lmprobe.perturb.text import DEFAULT_TRIGGER
 from tests.engine.conftest import tiny_llama_dir  # noqa: F401 - the fixture
 from tests.methods.test_byod import PROFANITY, _ids, _logits, _scorer, _sentences
@@ -164,3 +167,42 @@ def test_config_chooses_the_logit_positions_and_keys_the_cache_by_them(scorer, t
     assert runs["continuation"]["score"] == runs["next"]["score"]
     assert runs["next"]["logit_score"] == pytest.approx(runs["continuation"]["logit_score_next"], abs=1e-6)
     assert len(list(tmp_path.iterdir())) == 2
+
+
+def test_trigger_unit_and_repeats():
+    assert toxicity.trigger_unit(DEFAULT_TRIGGER) == " Fuck"
+    assert toxicity.trigger_unit(" damn it") == " damn it" and toxicity.trigger_unit("aaa") == "a"
+    assert [toxicity.repeat_trigger(DEFAULT_TRIGGER, n) for n in (1, 3)] == [" Fuck", " Fuck Fuck Fuck"]
+    assert byod.Config().triggers() == (DEFAULT_TRIGGER,)
+    with pytest.raises(LmprobeError, match="trigger_counts"):
+        byod.Config(trigger_counts=(2, 0)).check()
+
+
+def test_trigger_count_ablation_runs_toxicity_once_per_count(scorer, tmp_path):
+    """App. A.2 Fig. 16: one toxicity result per F-bomb count, the first the headline."""
+    corpus = Corpus("tiny", [_sentences()])
+    config = byod.Config(metrics=("toxicity",), max_examples=3, max_new_tokens=3, seed=1, trigger_counts=(1, 3))
+    metric = byod.run(scorer, corpus, config, model_name="tiny", profanity=PROFANITY,
+                      cache_dir=str(tmp_path)).metrics["toxicity"]
+    ablation = metric.extra["ablation"]
+    assert [(a["trigger_count"], a["trigger"]) for a in ablation] == [(1, " Fuck"), (3, " Fuck Fuck Fuck")]
+    kwargs = dict(limit=3, max_new_tokens=3, seed=1)
+    for a in ablation:  # each count's scores are those of a run with that trigger
+        direct = toxicity.toxicity(scorer, shuffled(corpus.sentences, 1), PROFANITY, trigger=a["trigger"], **kwargs)
+        assert a["score"] == direct.score and a["n"] == direct.n == 3
+        assert a["logit_score"] == pytest.approx(direct.extra["logit_score"], abs=1e-6)
+    headline = [r for r in metric.records if "ablation" not in r]
+    other = [r for r in metric.records if r.get("ablation") == {"trigger_count": 3}]
+    assert len(headline) == len(other) == 3 and len(metric.records) == 6
+    assert all(r["triggered"] == r["text"] + " Fuck" for r in headline)
+    assert all(r["triggered"] == r["text"] + " Fuck Fuck Fuck" for r in other)
+    assert (metric.score, metric.n) == (ablation[0]["score"], ablation[0]["n"])
+    assert ablation[0]["logit_score"] != pytest.approx(ablation[1]["logit_score"], abs=1e-6)
+    # one count alone still reports its trigger; the plain trigger (no ablation) keeps its cache key
+    single = byod.run(scorer, corpus, dataclasses.replace(config, trigger_counts=(2,)), model_name="tiny",
+                      profanity=PROFANITY, cache_dir=str(tmp_path)).metrics["toxicity"]
+    assert [(a["trigger_count"], a["trigger"]) for a in single.extra["ablation"]] == [(2, DEFAULT_TRIGGER)]
+    plain = byod.run(scorer, corpus, dataclasses.replace(config, trigger_counts=()), model_name="tiny",
+                     profanity=PROFANITY, cache_dir=str(tmp_path)).metrics["toxicity"]
+    assert "ablation" not in plain.extra and plain.score == single.score
+    assert len(list(tmp_path.iterdir())) == 3

@@ -10,8 +10,19 @@ transformations of the user's own corpus (Eq. 1: SCORE = A{M(f(x), f(x')) for (x
 
 Metrics (one module per family): negation (knowledge.py, Sec. 4), toxicity (toxicity.py,
 Sec. 5), long_range (long_range.py, Sec. 6), word_order / tokenization / entropy
-(next_token.py, Secs. 7-9). ``run`` computes the chosen ones on one model, caching each under a
-directory so that a rerun resumes.
+(next_token.py, Secs. 7-9). REGISTRY holds one Metric per name: how it computes, its default
+example count (the paper's: 1000, word order 5000; 1000 where the paper gives none) and what its
+cache key holds. ``run`` computes the chosen ones on one model, caching each under a directory so
+that a rerun resumes. Config.examples sets a metric's count (``word_order:5000,negation:all``),
+Config.max_examples every metric's that it does not name.
+
+Corpora, against the paper's: negation is meant for topic sentences of encyclopedic text (Sec.
+4.1: Wikipedia); ``topic_sentences`` keeps the first sentence of each document (a Corpus
+paragraph) for it. The benign corpus that normalises the negation score is BookCorpus in the
+paper (narrative text without a clear truth value); here it is WordNet's gloss examples by
+default (experiments.byod --benign=wordnet-examples, offline): definitional rather than benign
+text, so the normalised score is not the paper's number; pass --benign for another corpus.
+Toxicity's F-bomb count ablation (App. A.2, Fig. 16) is ``trigger_counts``.
 
 An encoder-decoder (T5) runs negation (each sentence scored as the decoder's target given an
 empty source, Scorer.score) and toxicity's generation score (the answer to x'); the metrics on
@@ -21,6 +32,7 @@ next-token distributions after a text need a causal LM and report an error namin
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 from collections.abc import Callable
 
@@ -32,21 +44,144 @@ from lmprobe.methods.byod.common import MetricResult, no_progress, shuffled
 from lmprobe.perturb.text import DEFAULT_TRIGGER
 from lmprobe.report.artifacts import cache_key, cached_json, join
 
-METRICS = ("negation", "toxicity", "long_range", "word_order", "tokenization", "entropy")
 CACHE_VERSION = 3  # 2: sampling among the top-k candidates; 3: keys hold the model's identity and the paragraphs
+DEFAULT_EXAMPLES = 1000  # a metric's examples where the paper gives no count of its own
+ALL = "all"  # --examples=METRIC:all: every usable example
+
+
+@dataclasses.dataclass
+class Inputs:
+    """What a metric computes from: the model, the run's settings and the corpus, drawn in the
+    run's seeded order (sentences a metric skips leave their place to the next)."""
+
+    scorer: object
+    config: Config
+    corpus: object  # lmprobe.data.corpus.Corpus
+    benign: object  # a Corpus normalising the negation score, or None
+    profanity: object  # lmprobe.data.profanity.Profanity, the LmprobeError that loading it raised, or None
+    progress: Callable
+    memo: HiddenMemo  # the sentence metrics share their original sentences' hidden states
+
+    @functools.cached_property
+    def sentences(self) -> list[str]:
+        return shuffled(self.corpus.sentences, self.config.seed)
+
+    @functools.cached_property
+    def paragraphs(self) -> list[list[str]]:
+        return shuffled(self.corpus.paragraphs, self.config.seed)
+
+    @functools.cached_property
+    def topic_sentences(self) -> list[str]:
+        """The first sentence of each document (a Corpus paragraph: lmprobe.data.corpus)."""
+        return shuffled([p[0] for p in self.corpus.paragraphs if p], self.config.seed)
+
+    @functools.cached_property
+    def benign_sentences(self) -> list[str] | None:
+        return shuffled(self.benign.sentences, self.config.seed) if self.benign is not None else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Metric:
+    """One BYOD metric: what it computes, the examples the paper uses and what, besides the
+    settings every metric's cache key holds (model, corpus, limit, seed), decides its result."""
+
+    name: str
+    compute: Callable[[Inputs, int | None], MetricResult]  # (inputs, example limit) -> result
+    examples: int | None = DEFAULT_EXAMPLES  # the default example count (the paper's)
+    settings: Callable[[Inputs], dict] = lambda inputs: {}  # its cache key's own entries
+
+
+def _negation(inputs: Inputs, limit: int | None) -> MetricResult:
+    sentences = inputs.topic_sentences if inputs.config.topic_sentences else inputs.sentences
+    return knowledge.negation(inputs.scorer, sentences, inputs.benign_sentences, limit=limit,
+                              progress=inputs.progress)
+
+
+def _negation_settings(inputs: Inputs) -> dict:
+    # topic_sentences only when set: the keys of earlier runs stay valid
+    return {"benign": _fingerprint(inputs.benign), **({"topic_sentences": True} if inputs.config.topic_sentences
+                                                       else {})}
+
+
+def _toxicity(inputs: Inputs, limit: int | None) -> MetricResult:
+    c = inputs.config
+    profanity = _require(inputs.profanity, "toxicity needs a profanity list")
+
+    def compute(trigger: str) -> MetricResult:
+        return toxicity.toxicity(
+            inputs.scorer, inputs.sentences, profanity, trigger=trigger, limit=limit,
+            max_new_tokens=c.max_new_tokens, temperature=c.temperature, top_k=c.top_k, top_p=c.top_p,
+            seed=c.seed, generate=c.generate, logit=c.toxicity_logit, progress=inputs.progress, memo=inputs.memo)
+
+    if not c.trigger_counts:
+        return compute(c.trigger)
+    triggers = dict(zip(c.trigger_counts, c.triggers()))
+    return _ablation("trigger_count", c.trigger_counts, lambda n: compute(triggers[n]),
+                     lambda n, r: {"trigger": triggers[n], "logit_score": r.extra.get("logit_score"),
+                                   "logit_stderr": r.extra.get("logit_stderr")}, always=True)
+
+
+def _toxicity_settings(inputs: Inputs) -> dict:
+    c, triggers = inputs.config, inputs.config.triggers()
+    # "logit" (new with the character-offset trigger cut) keeps earlier runs' toxicity caches out;
+    # one trigger is keyed as before, an ablation by all its triggers
+    return {"trigger": list(triggers) if c.trigger_counts else c.trigger,
+            "generate": c.generate, "logit": c.toxicity_logit,
+            "profanity": sorted(getattr(inputs.profanity, "words", ())),
+            "sampling": (c.max_new_tokens, c.temperature, c.top_k, c.top_p)}
+
+
+def _long_range(inputs: Inputs, limit: int | None) -> MetricResult:
+    return _ablation("k", inputs.config.k_long_range, lambda k: long_range.long_range(
+        inputs.scorer, inputs.paragraphs, k=k, limit=limit, seed=inputs.config.seed, progress=inputs.progress))
+
+
+def _word_order(inputs: Inputs, limit: int | None) -> MetricResult:
+    return _ablation("n_swaps", inputs.config.n_swaps, lambda n: next_token.word_order(
+        inputs.scorer, inputs.sentences, n_swaps=n, limit=limit, seed=inputs.config.seed, progress=inputs.progress,
+        memo=inputs.memo))
+
+
+def _tokenization(inputs: Inputs, limit: int | None) -> MetricResult:
+    return _ablation("chop", inputs.config.chop, lambda k: next_token.tokenization(
+        inputs.scorer, inputs.sentences, chop=k, limit=limit, progress=inputs.progress, memo=inputs.memo))
+
+
+def _entropy(inputs: Inputs, limit: int | None) -> MetricResult:
+    return next_token.entropy(inputs.scorer, inputs.sentences, limit=limit, progress=inputs.progress,
+                              memo=inputs.memo)
+
+
+# The metrics in the order they run and are reported. Example counts: Secs. 4.1, 6.1 and 8.1 use
+# 1000 examples, Sec. 7.1 (word order) 5000; toxicity (Sec. 5.1) and entropy (Sec. 9) give none.
+REGISTRY: dict[str, Metric] = {m.name: m for m in (
+    Metric("negation", _negation, settings=_negation_settings),
+    Metric("toxicity", _toxicity, settings=_toxicity_settings),
+    Metric("long_range", _long_range, settings=lambda inputs: {"k": inputs.config.k_long_range}),
+    Metric("word_order", _word_order, examples=5000, settings=lambda inputs: {"n": inputs.config.n_swaps}),
+    Metric("tokenization", _tokenization, settings=lambda inputs: {"chop": inputs.config.chop}),
+    Metric("entropy", _entropy),
+)}
+METRICS = tuple(REGISTRY)
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """A BYOD run. Tuples of k / n_swaps / chop are ablations: the first value is the headline."""
+    """A BYOD run. Tuples of k / n_swaps / chop / trigger_counts are ablations: the first value is
+    the headline. A metric's example count: its entry in ``examples``, else ``max_examples``, else
+    its own default (the paper's, REGISTRY)."""
 
     metrics: tuple[str, ...] = METRICS  # metrics to compute
-    max_examples: int | None = 1000  # examples per metric (the paper: 1000); none: all
+    max_examples: int | None = None  # examples for every metric, replacing their defaults; none: each metric's own
+    examples: tuple[str, ...] = ()  # per-metric counts METRIC:N or METRIC:all, e.g. word_order:5000,negation:all
     seed: int = 0
     k_long_range: tuple[int, ...] = (2,)  # sentences replaced (Sec. 6; A.3 Fig. 18 ablation)
     n_swaps: tuple[int, ...] = (1,)  # word swaps (Sec. 7; A.4 Fig. 20 ablation)
     chop: tuple[int, ...] = (5,)  # split stride in characters (Sec. 8; A.5 Fig. 21 ablation)
     trigger: str = DEFAULT_TRIGGER  # phrase appended for the toxicity metric (Sec. 5; A.2 Fig. 16)
+    # A.2 Fig. 16: the trigger's repeated word (" Fuck" of " Fuck Fuck") appended n times, one toxicity run per n
+    trigger_counts: tuple[int, ...] = ()  # F-bomb counts (Fig. 16 ablation; first: headline); empty: --trigger as is
+    topic_sentences: bool = False  # negation on the first sentence of each document only (Sec. 4.1: topic sentences)
     generate: bool = True  # the generation-based toxicity score (--no_generate: next-token mass only)
     # continuation: toxicity's logit score averaged over the positions predicting the sampled continuation
     # (Sec. 5: "each position in a block of text"); next: the position after the prompt only
@@ -58,15 +193,18 @@ class Config:
 
     def check(self) -> None:
         """Bad settings fail here, before any model is loaded."""
-        unknown = [m for m in self.metrics if m not in METRICS]
+        unknown = [m for m in self.metrics if m not in REGISTRY]
         if unknown or not self.metrics:
             raise LmprobeError(f"unknown metric(s) {unknown or '(none given)'}: choose from {', '.join(METRICS)}")
         if self.max_examples is not None and self.max_examples < 1:
             raise LmprobeError(f"max_examples={self.max_examples} must be at least 1")
+        self.per_metric_examples()
         for name, values, low in (("k_long_range", self.k_long_range, 0), ("n_swaps", self.n_swaps, 1),
                                   ("chop", self.chop, 1)):
             if not values or min(values) < low:
                 raise LmprobeError(f"{name}={list(values)} must be non-empty integers >= {low}")
+        if self.trigger_counts and min(self.trigger_counts) < 1:
+            raise LmprobeError(f"trigger_counts={list(self.trigger_counts)} must be integers >= 1")
         if not self.trigger.strip():
             raise LmprobeError("the toxicity trigger is empty: pass --trigger=' Fuck Fuck' or another phrase")
         if "toxicity" in self.metrics:
@@ -74,6 +212,39 @@ class Config:
         if self.max_new_tokens < 1 or self.temperature < 0:
             raise LmprobeError(f"max_new_tokens={self.max_new_tokens} must be >= 1 and "
                                f"temperature={self.temperature} >= 0")
+
+    def per_metric_examples(self) -> dict[str, int | None]:
+        """``examples`` parsed: metric -> count (None: all); LmprobeError on a bad entry."""
+        out = {}
+        for entry in self.examples:
+            name, sep, count = (part.strip() for part in entry.partition(":"))
+            if not sep or name not in REGISTRY:
+                raise LmprobeError(f"examples entry {entry!r}: write METRIC:N or METRIC:{ALL}, METRIC one of "
+                                   f"{', '.join(METRICS)}")
+            if count.lower() == ALL:
+                out[name] = None
+                continue
+            try:
+                out[name] = int(count)
+            except ValueError:
+                out[name] = 0
+            if out[name] < 1:
+                raise LmprobeError(f"examples entry {entry!r}: the count must be an integer >= 1 or '{ALL}'")
+        return out
+
+    def limit(self, metric: str) -> int | None:
+        """The examples ``metric`` uses (None: every usable one)."""
+        per = self.per_metric_examples()
+        if metric in per:
+            return per[metric]
+        return self.max_examples if self.max_examples is not None else REGISTRY[metric].examples
+
+    def triggers(self) -> tuple[str, ...]:
+        """The toxicity triggers, headline first: ``trigger`` alone, or its repeated word
+        ``trigger_counts`` times."""
+        if not self.trigger_counts:
+            return (self.trigger,)
+        return tuple(toxicity.repeat_trigger(self.trigger, n) for n in self.trigger_counts)
 
 
 @dataclasses.dataclass
@@ -106,46 +277,22 @@ def run(scorer, corpus, config: Config, *, model_name: str, benign=None, profani
     """The chosen metrics of ``config`` on ``scorer``'s model over ``corpus`` (an
     lmprobe.data.corpus.Corpus); ``benign`` (a Corpus) normalises the negation score and
     ``profanity`` (lmprobe.data.profanity.Profanity, or the LmprobeError that loading it raised) is
-    the toxicity word list. A metric that
+    the toxicity word list. Each metric uses ``config.limit(name)`` examples. A metric that
     cannot run (its input is unusable) is reported in ``errors``; the others still run."""
     config.check()
-    sentences = shuffled(corpus.sentences, config.seed)
-    paragraphs = shuffled(corpus.paragraphs, config.seed)
-    benign_sentences = shuffled(benign.sentences, config.seed) if benign is not None else None
-    limit, seed = config.max_examples, config.seed
-    memo = HiddenMemo()  # the sentence metrics share their original sentences' hidden states
-    jobs = {
-        "negation": lambda: knowledge.negation(scorer, sentences, benign_sentences, limit=limit, progress=progress),
-        "toxicity": lambda: toxicity.toxicity(
-            scorer, sentences, _require(profanity, "toxicity needs a profanity list"), trigger=config.trigger,
-            limit=limit, max_new_tokens=config.max_new_tokens, temperature=config.temperature,
-            top_k=config.top_k, top_p=config.top_p, seed=seed, generate=config.generate,
-            logit=config.toxicity_logit, progress=progress, memo=memo),
-        "long_range": lambda: _ablation("k", config.k_long_range, lambda k: long_range.long_range(
-            scorer, paragraphs, k=k, limit=limit, seed=seed, progress=progress)),
-        "word_order": lambda: _ablation("n_swaps", config.n_swaps, lambda n: next_token.word_order(
-            scorer, sentences, n_swaps=n, limit=limit, seed=seed, progress=progress, memo=memo)),
-        "tokenization": lambda: _ablation("chop", config.chop, lambda k: next_token.tokenization(
-            scorer, sentences, chop=k, limit=limit, progress=progress, memo=memo)),
-        "entropy": lambda: next_token.entropy(scorer, sentences, limit=limit, progress=progress, memo=memo),
-    }
-    common = {"model": model_name, "scorer": model_key(scorer), "corpus": _fingerprint(corpus), "limit": limit,
-              "seed": seed, "version": CACHE_VERSION}
-    settings = {
-        "negation": {"benign": _fingerprint(benign)},
-        # "logit" (new with the character-offset trigger cut) keeps earlier runs' toxicity caches out
-        "toxicity": {"trigger": config.trigger, "generate": config.generate, "logit": config.toxicity_logit,
-                     "profanity": sorted(getattr(profanity, "words", ())),
-                     "sampling": (config.max_new_tokens, config.temperature, config.top_k, config.top_p)},
-        "long_range": {"k": config.k_long_range}, "word_order": {"n": config.n_swaps},
-        "tokenization": {"chop": config.chop}, "entropy": {}}
+    inputs = Inputs(scorer, config, corpus, benign, profanity, progress, HiddenMemo())
+    fingerprint = _fingerprint(corpus) if cache_dir else None
     metrics, errors, timings = {}, {}, {}
     for name in config.metrics:
-        path = (join(cache_dir, f"{name}-{cache_key(metric=name, **common, **settings[name])}.json")
-                if cache_dir else None)
+        metric, limit = REGISTRY[name], config.limit(name)
+        path = None
+        if cache_dir:
+            key = cache_key(metric=name, model=model_name, scorer=model_key(scorer), corpus=fingerprint,
+                            limit=limit, seed=config.seed, version=CACHE_VERSION, **metric.settings(inputs))
+            path = join(cache_dir, f"{name}-{key}.json")
         start = time.perf_counter()
         try:
-            metrics[name] = _cached(path, jobs[name])
+            metrics[name] = _cached(path, functools.partial(metric.compute, inputs, limit))
         except LmprobeError as e:
             errors[name] = str(e)
         timings[name] = time.perf_counter() - start
@@ -161,12 +308,13 @@ def _require(value, message: str):
     return value
 
 
-def _ablation(param: str, values, compute) -> MetricResult:
-    """The headline metric at values[0], with the scores at every value in extra['ablation']."""
+def _ablation(param: str, values, compute, fields: Callable = lambda v, r: {}, always: bool = False) -> MetricResult:
+    """The headline metric at values[0], with the scores at every value in extra['ablation']
+    (with ``fields(value, result)``; ``always``: even for one value)."""
     results = [compute(v) for v in values]
     main = results[0]
-    if len(values) > 1:
-        main.extra["ablation"] = [{param: v, "score": r.score, "stderr": r.stderr, "n": r.n}
+    if len(values) > 1 or always:
+        main.extra["ablation"] = [{param: v, "score": r.score, "stderr": r.stderr, "n": r.n, **fields(v, r)}
                                   for v, r in zip(values, results)]
         for v, r in zip(values[1:], results[1:]):
             main.records += [{**rec, "ablation": {param: v}} for rec in r.records]

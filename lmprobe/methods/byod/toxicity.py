@@ -20,6 +20,9 @@ model samples a continuation c of x'. Two scores:
   variant, the mass right after x' minus right after x (no generation needed); the default
   records it too (``profane_mass_next``..., ``logit_score_next``), the first of its positions.
 
+The F-bomb ablation (App. A.2, Fig. 16; byod.Config.trigger_counts) reruns the metric with the
+trigger's repeated word (``trigger_unit``: " Fuck" of " Fuck Fuck") appended 1, 2, 3... times.
+
 Sampling is seeded: the same seed gives the same generations whatever the batch size. An
 encoder-decoder (T5) answers x' (the encoder's input) and gets the generation score only: the
 next token after a text is a decoder's notion.
@@ -55,6 +58,22 @@ def build(sentences, trigger: str, limit: int | None) -> Built:
         return {"text": sentence, "triggered": append_trigger(sentence, trigger)}
 
     return take(sentences, limit, make)
+
+
+def trigger_unit(trigger: str) -> str:
+    """The shortest piece the trigger repeats (" Fuck" of " Fuck Fuck"); the trigger itself when it
+    repeats nothing."""
+    n = len(trigger)
+    for size in range(1, n):
+        if n % size == 0 and trigger[:size] * (n // size) == trigger:
+            return trigger[:size]
+    return trigger
+
+
+def repeat_trigger(trigger: str, count: int) -> str:
+    """The trigger's unit appended ``count`` times: the F-bomb count ablation (App. A.2, Fig. 16:
+    1 to 7 F-bombs)."""
+    return trigger_unit(trigger) * count
 
 
 def check_logit(logit: str, generate: bool) -> None:
