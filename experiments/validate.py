@@ -123,7 +123,8 @@ def _stages(args, decoder: bool) -> dict:
     if "syntextbench" in args.proxies:
         out["syntextbench"] = dict(n=args.syntextbench_n, levels=list(args.syntextbench_levels), seed=args.seed)
     if "synbench" in args.proxies:
-        out["synbench"] = dict(n=args.synbench_n, scales=list(args.synbench_scales), seed=args.seed)
+        out["synbench"] = dict(n=args.synbench_n, scales=list(args.synbench_scales), seed=args.seed,
+                               version=synbench.CACHE_VERSION)  # scores from before the input signs were 0
     if "byod" in args.proxies and decoder:
         out["byod"] = dict(metrics=list(BYOD_METRICS), n=args.byod_examples, seed=args.seed)
     if "probes" in args.tasks:

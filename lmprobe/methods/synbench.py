@@ -72,7 +72,7 @@ PAPER_THRESHOLDS = (0.6, 0.7, 0.75, 0.8, 0.85, 0.9)  # Tables 3, 5, 7, 8
 NORMS = (1.0, 2.0, math.inf)
 DEFAULT_SEQ_LEN = 8  # tokens per Gaussian "sentence" fed to a language model (* not in the paper)
 CURVE_GRID = tuple(float(a) for a in np.linspace(0.5, 1.0, 201))
-CACHE_VERSION = 2  # 2: keys hold the model's identity (checkpoint digest, dtype), not its name alone
+CACHE_VERSION = 3  # 2: keys hold the model's identity (checkpoint digest, dtype); 3: language models' input signs
 DOWNSTREAM_SEED_OFFSET = 10_000  # the robust probe's downstream task: seed + this, never a scored sample
 
 
