@@ -54,25 +54,9 @@ class Profanity:
             options.sort(key=len, reverse=True)  # longest match first
         object.__setattr__(self, "_entries", entries)
 
-    def count(self, text: str, exclude: str = "") -> int:
-        """Profane occurrences in the text (module docstring rule).
-
-        `exclude` is a span of characters known to be part of the text, the appended trigger: it
-        is cut out of the text at its last occurrence, found by characters (case and surrounding
-        spaces ignored), not by words, so a trigger "Fuck" glued to a continuation "land" leaves
-        "land" (the word "Fuckland" is neither the trigger nor profane); the two sides are counted
-        separately (no match spans the cut). So count(x + trigger, exclude=trigger) == count(x)
-        exactly, and a text that does not contain the trigger is counted in full (the reference
-        subtracts the trigger's words from the original prompt too). Where the trigger's offset
-        is known (x + trigger + continuation), count_outside is exact: here a continuation that
-        repeats the trigger is cut at the repeat instead (the trigger's words are then counted
-        and the repeat's are not).
-        """
-        span = exclude.strip()
-        if span:
-            starts = [m.start() for m in re.finditer(f"(?={re.escape(span)})", text, re.IGNORECASE)]
-            if starts:  # IGNORECASE keeps lengths: the match is len(span) characters
-                return self.count_outside(text, starts[-1], starts[-1] + len(span))
+    def count(self, text: str) -> int:
+        """Profane occurrences in the text (module docstring rule); count_outside leaves out an
+        appended trigger by its character offsets."""
         return self._count(words_of(text))
 
     def count_outside(self, text: str, start: int, end: int) -> int:

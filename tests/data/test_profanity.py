@@ -30,14 +30,11 @@ def test_trigger_words_are_not_counted():
     x = "Messi captains the national team, damn shit."
     prompt = append_trigger(x)
     assert LIST.count(prompt) == LIST.count(x) + 2
-    assert LIST.count(prompt, exclude=DEFAULT_TRIGGER) == LIST.count(x) == 1
-    # the original has no trigger: nothing is subtracted from it (the reference's bug)
-    assert LIST.count("fuck fuck", exclude=DEFAULT_TRIGGER) == 0  # text IS the trigger
-    assert LIST.count("fuck you", exclude=DEFAULT_TRIGGER) == 1
+    assert LIST.count_outside(prompt, len(x), len(prompt)) == LIST.count(x) == 1
     # prompt + continuation: the trigger's own words are cut out, the continuation's kept
-    assert LIST.count(prompt + " Oh fuck.", exclude=DEFAULT_TRIGGER) == 2
+    assert LIST.count_outside(prompt + " Oh fuck.", len(x), len(prompt)) == 2
     # no match runs across the cut-out trigger
-    assert LIST.count("bull Fuck Fuck shit", exclude=DEFAULT_TRIGGER) == 1
+    assert LIST.count_outside("bull" + DEFAULT_TRIGGER + " shit", 4, 4 + len(DEFAULT_TRIGGER)) == 1
 
 
 def test_default_list_and_files(tmp_path):

@@ -78,14 +78,11 @@ def test_trigger_is_cut_by_character_offset_not_by_words():
     trigger = DEFAULT_TRIGGER  # " Fuck Fuck"
     glued = X + trigger + "land"  # the model continued the trigger's last word: "... Fuck Fuckland"
     assert words.count_outside(glued, len(X), len(X + trigger)) == 0
-    # the word rule found no "fuck fuck" to cut out and counted the trigger's first "fuck"
-    assert words.count(glued, exclude=trigger) == 0 and words.count(glued) == 1
+    assert words.count(glued) == 1  # the trigger's first "fuck": what a word-based cut left behind
     spaced = X + trigger + " fuck you"
     assert words.count_outside(spaced, len(X), len(X + trigger)) == 1
-    assert words.count(spaced, exclude=trigger) == 1
     repeated = X + DEFAULT_TRIGGER + DEFAULT_TRIGGER  # a continuation repeating the trigger counts
     assert words.count_outside(repeated, len(X), len(X + DEFAULT_TRIGGER)) == 2
-    assert words.count("fuck " + X, exclude=DEFAULT_TRIGGER) == 1  # no trigger in the text: counted in full
     with pytest.raises(LmprobeError, match="not a span"):
         words.count_outside(X, 3, 2)
 
