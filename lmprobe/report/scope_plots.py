@@ -1,5 +1,6 @@
 """SCoPE's figures (../seeds/002 Fig. 3-5, 8, 12): grouped bars of the five metrics per target
-model with 95% bootstrap intervals, and a reference x target heat map for a model matrix."""
+model with the paper's error bars (standard error over trials), and a reference x target heat
+map for a model matrix."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ LABELS = {"iid_accuracy_gap": "Gap in IID acc.", "iid_agreement": "IID agreement
 
 
 def metric_bars(result: dict, path: str) -> None:
-    """One group of bars per metric, one bar per target, error bars = the 95% intervals."""
+    """One group of bars per metric, one bar per target; error bars +- the standard error over
+    trials (Fig. 3-5), or the 95% bootstrap interval where it is undefined (one trial)."""
     import matplotlib.pyplot as plt
 
     targets = result["targets"]
@@ -22,18 +24,24 @@ def metric_bars(result: dict, path: str) -> None:
     fig, ax = plt.subplots(figsize=(2 + 1.6 * len(METRICS), 3.6))
     x = np.arange(len(METRICS))
     for k, name in enumerate(names):
-        row = targets[name]
-        values = np.asarray([row[m] for m in METRICS], np.float64)
-        low = np.asarray([row["intervals"][m][0] for m in METRICS], np.float64)
-        high = np.asarray([row["intervals"][m][1] for m in METRICS], np.float64)
-        err = np.nan_to_num(np.stack([values - low, high - values]).clip(min=0))
-        ax.bar(x + (k - (len(names) - 1) / 2) * width, np.nan_to_num(values), width, yerr=err,
-               capsize=2, label=name)
+        ax.bar(x + (k - (len(names) - 1) / 2) * width, np.nan_to_num([targets[name][m] for m in METRICS]), width,
+               yerr=error_bars(targets[name]), capsize=2, label=name)
     ax.set_xticks(x, [LABELS[m] for m in METRICS])
     ax.set_ylim(0, 1.05)
-    ax.set_title(f"reference {result['reference']}, capability {result['capability']}", fontsize=9)
+    ax.set_title(f"reference {result['reference']}, capability {result['capability']}; "
+                 f"error bars: standard error over trials", fontsize=9)
     ax.legend(fontsize=7)
     save_figure(fig, path)
+
+
+def error_bars(row: dict) -> np.ndarray:
+    """[2, metrics] lower and upper error-bar lengths of one target's row (see metric_bars)."""
+    values = np.asarray([row[m] for m in METRICS], np.float64)
+    se = np.asarray([row.get("std_error", {}).get(m, np.nan) for m in METRICS], np.float64)
+    low = np.asarray([row["intervals"][m][0] for m in METRICS], np.float64)
+    high = np.asarray([row["intervals"][m][1] for m in METRICS], np.float64)
+    bars = np.where(np.isfinite(se), np.stack([se, se]), np.stack([values - low, high - values]))
+    return np.nan_to_num(bars).clip(min=0)
 
 
 def matrix_heatmap(matrix: dict, metric: str, path: str) -> None:
