@@ -2,14 +2,19 @@
 
     python -m experiments.scope --reference=NAME --target=NAME [--target=...]
         --capability=synonym|typo|fairness --task=classify|lm [--dataset=rt-polarity]
-        [--trials=3 --max_examples=200 --head=auto|finetune|probe --objective=l1|kl --matrix]
+        [--trials=3 --max_examples=200 --head=auto|finetune|probe|checkpoint --objective=l1|kl --matrix]
         [--output_dir=runs/scope]
 
 Model names: anything lmprobe loads, with variants (smollm2-135m@bf16, @int8,
 @drop-layer=K; lmprobe.methods.scope.variants) and black boxes known only through samples
 (blackbox:NAME, --samples draws per text). Classification: decoders are zero-shot classifiers
-(label-word log-probabilities); encoders get a head fine-tuned on the training split
-(--head=finetune, App. A recipe) or a linear probe (--head=probe). --task=lm compares next-token
+(label-word log-probabilities); encoders get a head fine-tuned on the whole training split
+(--head=finetune, App. A recipe; --max_train caps it) or a linear probe (--head=probe). The head
+is the family's Hugging Face sequence-classification head (--head_layout=hf: BERT's pooler,
+DistilBERT's pre-classifier, RoBERTa/MPNet's dense layer, decoders' last-token score, dropout
+in training) or a linear head on mean-pooled tokens (--head_layout=mean). --head=checkpoint
+evaluates the head a *ForSequenceClassification checkpoint was fine-tuned with (e.g. an SST-2
+classifier, as the paper does), its labels matched to the data's by name. --task=lm compares next-token
 distributions after each text minus its last word (App. G).
 
 Several targets: repeat --target or use commas. The default dataset, rt-polarity (Rotten Tomatoes
@@ -56,8 +61,10 @@ class FrontEnd:
     label_column: str = "label"  # label column of the dataset
     split: str | None = None  # base-sample split (none: test of named datasets, validation of tfds / hf ones)
     max_examples: int = 200  # base samples (App. H: >= 50 give tight intervals)
-    max_train: int = 2000  # training examples of fine-tuned heads and probes
-    head: str = "auto"  # classifier: auto (decoders zero-shot, encoders finetune), finetune, probe, zero-shot
+    max_train: int | None = None  # training examples of fine-tuned heads and probes (none: the whole train split)
+    # classifier: auto (decoders zero-shot, encoders finetune), finetune, probe, zero-shot, checkpoint (the head
+    # of a fine-tuned *ForSequenceClassification checkpoint, as it is)
+    head: str = "auto"
     samples: int = 10  # draws per text for blackbox: models
     matrix: bool = False  # also every reference x target pair
     output_dir: str = "runs/scope"  # results.json, samples.jsonl, plots and the search cache
@@ -66,13 +73,13 @@ class FrontEnd:
 def build_parser():
     p = cli.parser(__doc__, "scope")
     cli.front_end(p, FrontEnd, aliases={"reference": "--model"},
-                  choices={"head": ("auto", "finetune", "probe", "zero-shot")})
+                  choices={"head": ("auto", "finetune", "probe", "zero-shot", "checkpoint")})
     method = cli.method(p, scope_run.Config, aliases={"n_bootstrap": "--bootstrap"},
                         choices={"capability": tuple(capabilities.CAPABILITIES), "task": scope_run.TASKS,
                                  "objective": ("l1", "kl")})
     train = cli.method(p, training.TrainConfig, help=TRAIN_HELP, defaults={"learning_rate": None},
-                       names={"batch_size": "train_batch_size", "pooling": "head_pooling"},
-                       choices={"pooling": ("mean", "cls")})
+                       names={"batch_size": "train_batch_size", "head": "head_layout"},
+                       choices={"head": training.HEADS})
     return p, method, train
 
 
@@ -88,7 +95,7 @@ def _data(args):
                 load_labelled(args.dataset, split=split, max_examples=args.max_examples, **kw))
     data = load_labelled(args.dataset, **kw)
     train, test = data.split(0.2, seed=args.seed)
-    return (train.subset(range(min(len(train), args.max_train))),
+    return (train.subset(range(len(train) if args.max_train is None else min(len(train), args.max_train))),
             test.subset(range(min(len(test), args.max_examples))))
 
 
@@ -118,6 +125,8 @@ class _Models:
         head = args.head if args.head != "auto" else ("zero-shot" if scorer.is_decoder else "finetune")
         if head == "zero-shot":
             return models.ZeroShotClassifier(name, scorer, names)
+        if head == "checkpoint":
+            return training.from_checkpoint(scorer, names, name=name)
         config = self.train_flags.make(args, learning_rate=args.learning_rate or (2e-5 if head == "finetune" else 1e-2))
         train_fn = training.finetune if head == "finetune" else training.linear_probe
         kw = {"progress": progress} if head == "finetune" else {}

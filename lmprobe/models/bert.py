@@ -2,9 +2,10 @@
 
 Mirrors transformers' modeling_bert.py and modeling_roberta.py: word + position + token-type
 embeddings and a LayerNorm, then post-norm blocks (self-attention, residual, LayerNorm; MLP,
-residual, LayerNorm) with bidirectional attention over real tokens. No final norm; the pooler
-is not used. RoBERTa differs only in its position ids (counted from ``pad_token_id + 1``) and
-in the prefix of its tensor names.
+residual, LayerNorm) with bidirectional attention over real tokens. No final norm. A pooler
+(BertPooler: dense + tanh over [CLS]) is built iff the checkpoint holds one (``Bert.pooled``;
+SCoPE's BERT classification head uses it). RoBERTa differs only in its position ids (counted
+from ``pad_token_id + 1``) and in the prefix of its tensor names.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import functools
 import jax.numpy as jnp
 from flax import nnx
 
-from lmprobe.errors import CheckpointError
+from lmprobe.errors import CheckpointError, LmprobeError
 from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, POSITIONS
 from lmprobe.models.base import Family, HFNames, ModelOutput, hf_hidden_states, run_encoder_blocks
 from lmprobe.models.layers import (
@@ -43,6 +44,8 @@ class BertConfig:
     layer_norm_eps: float = 1e-12
     hidden_act: str = "gelu"
     position_padding_idx: int | None = None  # RoBERTa: pad_token_id; positions start after it
+    add_pooling_layer: bool = False  # set by Bert.fit_config when the checkpoint holds a pooler
+    classifier_dropout: float = 0.1  # HF's sequence-classification head: classifier_dropout or hidden_dropout_prob
 
     @classmethod
     def from_hf(cls, c: dict, *, roberta: bool = False) -> BertConfig:
@@ -66,7 +69,12 @@ class BertConfig:
             max_position_embeddings=c.get("max_position_embeddings", 512),
             type_vocab_size=c.get("type_vocab_size", 2), layer_norm_eps=c.get("layer_norm_eps", 1e-12),
             hidden_act=c.get("hidden_act", "gelu"),
-            position_padding_idx=c.get("pad_token_id", 1) if roberta else None)
+            position_padding_idx=c.get("pad_token_id", 1) if roberta else None,
+            classifier_dropout=_first(c.get("classifier_dropout"), c.get("hidden_dropout_prob"), 0.1))
+
+
+def _first(*values):
+    return next(v for v in values if v is not None)
 
 
 class BertEmbeddings(nnx.Module):
@@ -142,6 +150,15 @@ class BertLayer(nnx.Module):
         return self.output(self.intermediate(x), x)
 
 
+class BertPooler(nnx.Module):
+    def __init__(self, cfg: BertConfig, *, dtype, param_dtype, rngs):
+        self.dense = Linear(cfg.hidden_size, cfg.hidden_size, axes=(EMBED, None),
+                            dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+
+    def __call__(self, last_hidden_state):
+        return jnp.tanh(self.dense(last_hidden_state[:, 0]))
+
+
 class Bert(nnx.Module):
     """Encoder: ``model(input_ids, attention_mask) -> ModelOutput(last_hidden_state, hidden_states)``."""
 
@@ -150,6 +167,12 @@ class Bert(nnx.Module):
         self.config = cfg
         self.embeddings = BertEmbeddings(cfg, rngs=rngs, **kw)
         self.layer = stacked(lambda r: BertLayer(cfg, rngs=r, **kw), cfg.num_hidden_layers, rngs)
+        self.pooler = BertPooler(cfg, rngs=rngs, **kw) if cfg.add_pooling_layer else None
+
+    @staticmethod
+    def fit_config(cfg: BertConfig, has_tensor) -> BertConfig:
+        """The config with a pooler iff the checkpoint has one (BertModel, BertForSequenceClassification)."""
+        return dataclasses.replace(cfg, add_pooling_layer=has_tensor("pooler.dense.weight"))
 
     @property
     def max_length(self) -> int:
@@ -182,6 +205,13 @@ class Bert(nnx.Module):
         out, per_layer = run_encoder_blocks(self.layer, h, mask=Mask(attention_mask),
                                             output_hidden_states=output_hidden_states)
         return ModelOutput(out, hf_hidden_states(h, per_layer, out))
+
+    def pooled(self, output: ModelOutput):
+        """BertPooler's output [B, D] (dense + tanh over [CLS]) for checkpoints that have a pooler."""
+        if self.pooler is None:
+            raise LmprobeError("this BERT checkpoint has no pooler (saved without add_pooling_layer): "
+                               "use output.last_hidden_state[:, 0]")
+        return self.pooler(output.last_hidden_state)
 
 
 def hf_names(prefix: str) -> HFNames:

@@ -39,6 +39,12 @@ class DistilBertConfig:
     n_heads: int
     max_position_embeddings: int = 512
     activation: str = "gelu"
+    classifier_dropout: float = 0.2  # HF's sequence-classification head: seq_classif_dropout
+
+    @property
+    def hidden_size(self) -> int:
+        """``dim`` under the name the other families use."""
+        return self.dim
 
     @classmethod
     def from_hf(cls, c: dict) -> DistilBertConfig:
@@ -49,7 +55,8 @@ class DistilBertConfig:
         return cls(vocab_size=c["vocab_size"], dim=c["dim"], hidden_dim=c["hidden_dim"],
                    n_layers=c["n_layers"], n_heads=c["n_heads"],
                    max_position_embeddings=c.get("max_position_embeddings", 512),
-                   activation=c.get("activation", "gelu"))
+                   activation=c.get("activation", "gelu"),
+                   classifier_dropout=c.get("seq_classif_dropout", 0.2))
 
 
 class Embeddings(nnx.Module):

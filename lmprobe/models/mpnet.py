@@ -46,6 +46,7 @@ class MPNetConfig:
     relative_attention_num_buckets: int = 32
     layer_norm_eps: float = 1e-12
     hidden_act: str = "gelu"
+    classifier_dropout: float = 0.1  # HF's MPNetClassificationHead: hidden_dropout_prob
 
     @classmethod
     def from_hf(cls, c: dict) -> MPNetConfig:
@@ -62,7 +63,7 @@ class MPNetConfig:
             num_attention_heads=c["num_attention_heads"],
             max_position_embeddings=c.get("max_position_embeddings", 514),
             relative_attention_num_buckets=buckets, layer_norm_eps=c.get("layer_norm_eps", 1e-12),
-            hidden_act=c.get("hidden_act", "gelu"))
+            hidden_act=c.get("hidden_act", "gelu"), classifier_dropout=c.get("hidden_dropout_prob", 0.1))
 
 
 def relative_position_bucket(relative_position: np.ndarray) -> np.ndarray:

@@ -163,3 +163,14 @@ def test_the_default_dataset_is_rt_polarity_train_and_test_splits(pang_lee):  # 
     assert len(train) == 56 and len(test) == 10 and not set(train.texts) & set(test.texts)
     args = front_end.build_parser()[0].parse_args(["--dataset=offline-sentiment"])
     assert args.dataset == "offline-sentiment"  # the silver set stays available by name
+
+
+def test_heads_train_on_the_whole_training_split_unless_capped(tmp_path):
+    data = tmp_path / "data.csv"
+    data.write_text("text,label\n" + "\n".join(f"sentence number {i},{i % 2}" for i in range(20)) + "\n")
+    parse = front_end.build_parser()[0].parse_args
+    train, test = front_end._data(parse([f"--dataset={data}", "--max_examples=3"]))
+    assert len(train) == 16 and len(test) == 3  # an 80/20 split of a file: every training row
+    assert len(front_end._data(parse([f"--dataset={data}", "--max_train=5"]))[0]) == 5
+    args = parse(["--head_layout=mean", "--head=checkpoint"])
+    assert args.head_layout == "mean" and args.head == "checkpoint" and args.max_train is None

@@ -23,10 +23,25 @@ def roberta_batch(**kw):
 
 
 def test_bert_parity(tmp_path):
-    hf = save_random(BertModel, BertConfig(**TINY), tmp_path)  # pooler tensors are saved, and ignored
+    hf = save_random(BertModel, BertConfig(**TINY), tmp_path)
     diffs = max_diffs(tmp_path, hf, *padded_batch(TINY["vocab_size"]))
     print(f"bert: {diffs}")
     assert diffs["hidden"] <= 1e-4 and diffs["last_hidden"] <= 1e-4
+
+
+def test_bert_pooler_is_built_iff_the_checkpoint_has_one(tmp_path):
+    ids, mask = padded_batch(TINY["vocab_size"])
+    hf = save_random(BertModel, BertConfig(**TINY, classifier_dropout=0.25), tmp_path / "pooled")
+    model = load(str(tmp_path / "pooled"), tokenizer=False).model
+    with torch.no_grad():
+        want = hf(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)).pooler_output.numpy()
+    np.testing.assert_allclose(np.asarray(model.pooled(model(ids, mask))), want, atol=1e-5)
+    assert model.config.add_pooling_layer and model.config.classifier_dropout == 0.25
+    save_random(lambda c: BertModel(c, add_pooling_layer=False), BertConfig(**TINY), tmp_path / "bare")
+    bare = load(str(tmp_path / "bare"), tokenizer=False).model
+    assert bare.pooler is None and bare.config.classifier_dropout == 0.1  # hidden_dropout_prob
+    with pytest.raises(LmprobeError, match="no pooler"):
+        bare.pooled(bare(ids, mask))
 
 
 def test_bert_token_types_parity(tmp_path, monkeypatch):
