@@ -5,6 +5,11 @@ the cache in one pass, then a while_loop decodes one token per step until every 
 emitted EOS or max_new_tokens are out. Row i draws from key fold_in(key(seed), index[i]), its
 position in the caller's input list, so its tokens do not depend on the batch it sits in.
 ``picker`` and ``decode_loop`` serve encoder-decoders too (lmprobe.engine.seq2seq).
+
+Constrained decoding: ``allowed`` [B, V] bool (an array argument, not a static: one program
+serves every mask) sets the logits of the ids a row may not emit to -inf before the argmax or
+the draw (temperature, top-k, top-p then act on the allowed ids only). EOS always stays allowed,
+so every row can end. An all-True mask gives the unconstrained tokens.
 """
 
 from __future__ import annotations
@@ -34,12 +39,23 @@ def sample(key, logits, temperature, top_k: int, top_p):
     return ids[jax.random.categorical(key, candidates)]
 
 
-def picker(index, seed, temperature, top_p, *, top_k: int, greedy: bool):
+def restrict(logits, allowed, eos):
+    """``logits`` [B, V] with the ids a row's ``allowed`` [B, V] mask leaves out set to -inf;
+    ``eos`` (when >= 0) is always allowed. ``allowed`` None: ``logits`` unchanged."""
+    if allowed is None:
+        return logits
+    keep = allowed.astype(bool) | (jnp.arange(logits.shape[-1]) == eos)[None, :]
+    return jnp.where(keep, logits, -jnp.inf)
+
+
+def picker(index, seed, temperature, top_p, *, top_k: int, greedy: bool, allowed=None, eos=-1):
     """``pick(logits [B, V], step) -> ids [B]``: argmax, or a draw for row i from key
-    fold_in(fold_in(key(seed), index[i]), step)."""
+    fold_in(fold_in(key(seed), index[i]), step); among the ids ``allowed`` [B, V] (None: all)
+    and ``eos`` (see ``restrict``)."""
     row_keys = jax.vmap(lambda i: jax.random.fold_in(jax.random.key(seed), i))(jnp.maximum(index, 0))
 
     def pick(logits, step):
+        logits = restrict(logits, allowed, eos)
         if greedy:
             return jnp.argmax(logits, axis=-1).astype(jnp.int32)
         keys = jax.vmap(lambda k: jax.random.fold_in(k, step))(row_keys)
@@ -70,12 +86,13 @@ def decode_loop(advance, first, state, eos, max_new_tokens: int):
     return jax.lax.while_loop(cond, body, (jnp.int32(0), first, state, done, tokens))[-1]
 
 
-def generate(model, ids, mask, index, seed, temperature, top_p, eos, *, max_new_tokens: int,
+def generate(model, ids, mask, index, seed, temperature, top_p, eos, allowed=None, *, max_new_tokens: int,
              top_k: int, greedy: bool, prompt_hidden: bool = False):
     """New tokens [B, max_new_tokens] after left-padded prompts ``ids``; rows that stopped repeat
-    EOS. With ``prompt_hidden``, also the prompts' final hidden states [B, T, D]."""
+    EOS. ``allowed`` [B, V] bool restricts each row's tokens to its True ids and EOS (None: no
+    restriction). With ``prompt_hidden``, also the prompts' final hidden states [B, T, D]."""
     batch, prompt = ids.shape
-    pick = picker(index, seed, temperature, top_p, top_k=top_k, greedy=greedy)
+    pick = picker(index, seed, temperature, top_p, top_k=top_k, greedy=greedy, allowed=allowed, eos=eos)
     slots = jnp.concatenate([mask, jnp.zeros((batch, max_new_tokens), mask.dtype)], axis=1)
     cache = empty_cache(model.config, batch, prompt + max_new_tokens, model.embed(ids).dtype)
     out = model(ids, slots, cache=cache, cache_index=0, compute_logits=False)

@@ -460,7 +460,7 @@ class Scorer:
 
     def generate(self, prompts, *, max_new_tokens: int = 20, temperature: float = 0.0,
                  top_k: int = 0, top_p: float = 1.0, seed: int = 0, eos_id: int | None = None,
-                 decode: bool = True, memo: HiddenMemo | None = None) -> list:
+                 decode: bool = True, memo: HiddenMemo | None = None, allowed=None) -> list:
         """Continuations of each prompt: greedy (temperature 0) or sampled, KV-cached.
 
         Stops at ``eos_id`` (the tokenizer's by default) or after max_new_tokens. Sampling is
@@ -471,10 +471,20 @@ class Scorer:
         An encoder-decoder encodes each prompt (up to the whole context) and generates its
         decoder's answer; it stops at the config's EOS when there is no tokenizer; a ``memo`` is
         left as is (its states are a decoder's).
+
+        ``allowed`` constrains decoding (causal LMs): a bool mask over the model's vocabulary
+        (``vocab_size`` ids) for every prompt, or a sequence of such masks, one per prompt (rows
+        may share one array). Only True ids and EOS are ever emitted (greedy: the best allowed
+        id; sampling: the filtered distribution renormalised over the allowed ids). The mask is
+        an array argument of the jitted program: new masks do not recompile.
         """
         seq2seq_model = self.is_encoder_decoder
         if not seq2seq_model:
             self._require_decoder("generate")
+        row_allowed = self._allowed_rows(allowed, len(prompts)) if allowed is not None else None
+        if row_allowed is not None and seq2seq_model:
+            raise LmprobeError("generate(allowed=...) constrains causal LMs only: this model is an "
+                               "encoder-decoder; generate without a mask, or use a decoder model")
         room = self.max_length if seq2seq_model else self.max_length - max_new_tokens
         if room < 1:
             raise LmprobeError(f"max_new_tokens={max_new_tokens} leaves no room for a prompt in the "
@@ -501,7 +511,13 @@ class Scorer:
         def call(batch):
             index = np.full(batch.shape[0], -1, np.int32)  # row seeds: positions in the input list
             index[:len(batch.indices)] = batch.indices
-            return (*self._put(batch.ids, batch.mask, index), *settings)
+            if row_allowed is None:
+                return (*self._put(batch.ids, batch.mask, index), *settings)
+            rows = np.ones((batch.shape[0], self.vocab_size), bool)  # padding rows: unconstrained
+            for row, i in enumerate(batch.indices):
+                rows[row] = row_allowed[i]
+            ids, mask, index, rows = self._put(batch.ids, batch.mask, index, rows)
+            return ids, mask, index, *settings, rows
 
         per_batch = []
         for batch, out in zip(batches, self._run(step, map(call, batches))):
@@ -514,6 +530,29 @@ class Scorer:
         if decode and self.tokenizer is not None:
             return [self.tokenizer.decode(o) for o in outputs]
         return outputs
+
+
+    def _allowed_rows(self, allowed, n: int) -> list:
+        """``generate``'s ``allowed``: one [vocab_size] bool mask per prompt, checked."""
+        if isinstance(allowed, np.ndarray | jax.Array) and np.ndim(allowed) == 1:
+            rows = [np.asarray(allowed, bool)] * n
+        else:
+            rows = [np.asarray(a, bool) for a in allowed]
+            if len(rows) != n:
+                raise LmprobeError(f"generate(allowed=...) has {len(rows)} masks for {n} prompts: pass one "
+                                   "mask for all prompts or one per prompt")
+        checked = {}
+        for i, row in enumerate(rows):
+            if id(row) in checked:
+                continue
+            checked[id(row)] = row
+            if row.shape != (self.vocab_size,):
+                raise LmprobeError(f"generate(allowed=...): mask {i} has shape {row.shape}, not ({self.vocab_size},) "
+                                   "(one bool per id of the model's vocabulary)")
+            if not row.any():
+                raise LmprobeError(f"generate(allowed=...): mask {i} allows no token: allow at least one id "
+                                   "(EOS is always allowed)")
+        return rows
 
 
 # ---------------------------------------------------------------------- jitted bodies

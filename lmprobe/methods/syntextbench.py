@@ -8,6 +8,10 @@ synthetic sentiment tasks generated from a lexicon (Algorithm 1).
     -> goodness s(a) and score = integral of s over [a_T, 1], exactly (lines 10-11)
 plus the loss-data baselines on the p = 0.2 task, in-context accuracy of decoders (Sec. 3.3)
 and the lexicon rule's accuracy on each level (task feasibility, A.4).
+
+App. A.2 ablation: with ``Config.generator`` the sets are written by a language model under a
+vocabulary constraint instead (``generated_tasks``, lmprobe.methods.syntextbench_generated); each
+level also reports the mean share of label-class words per sentence (Fig. 3's statistic).
 """
 
 from __future__ import annotations
@@ -20,9 +24,9 @@ import jax.numpy as jnp
 import numpy as np
 
 import kernels
-from lmprobe.data import lexicons, synthetic
+from lmprobe.data import lexicons, sentence_stats, synthetic
 from lmprobe.errors import LmprobeError
-from lmprobe.methods import Ticker, icl, loss_data, model_key, no_progress
+from lmprobe.methods import Ticker, icl, loss_data, model_key, no_progress, syntextbench_generated
 from lmprobe.report.artifacts import cache_key, cached, cached_json, join
 
 # The paper does not print its a_T. 0.7 keeps levels whose linear accuracy is clearly above
@@ -51,6 +55,11 @@ class Config:
     baseline_level: float = 0.2  # the task the loss-data baselines see (Sec. 3.1)
     baseline_steps: int = 4000  # training steps of the loss-data baselines' probes
     icl_examples: int = 256  # test sentences per level for in-context accuracy (decoders); 0: off
+    # A.2 ablation: a causal LM (name as for --model) that writes the synthetic sets under the vocabulary
+    # constraint V~ U STOP instead of the LM-free Sec. 2.2 generator; None: LM-free (the paper's method)
+    generator: str | None = None
+    generator_vocab: int = 0  # A.2: words K of V~ per class and level; 0: the smallest of |POS|, |NEG|, |NEU| n V
+    generator_max_tokens: int = syntextbench_generated.DEFAULT_MAX_TOKENS  # A.2: new tokens per generated sentence
 
     def check(self) -> None:
         """Bad settings fail here, before any model is loaded."""
@@ -63,6 +72,9 @@ class Config:
         if self.n < 16:
             raise LmprobeError(f"n={self.n} sentences per level is too few to estimate class "
                                "covariances: use at least 16 (the paper uses 4096 to 32768)")
+        if self.generator_vocab < 0 or self.generator_max_tokens < 1:
+            raise LmprobeError(f"generator_vocab={self.generator_vocab} must be >= 0 (0: the smallest list) and "
+                               f"generator_max_tokens={self.generator_max_tokens} >= 1")
         if self.baselines and self.baseline_level not in self.levels:
             raise LmprobeError(f"baseline_level={self.baseline_level} is not one of the levels {list(self.levels)}")
 
@@ -76,6 +88,7 @@ class Result:
     baselines: dict
     timings: dict
     config: Config
+    sets: str = "lm-free"  # who wrote the synthetic sentences: "lm-free" or the A.2 generator's name
 
     @property
     def icl_accuracy_mean(self) -> float | None:
@@ -84,7 +97,7 @@ class Result:
         return float(np.mean(values)) if values else None
 
     def to_json(self) -> dict:
-        return {"method": "syntextbench", "model": self.model, "score": self.score,
+        return {"method": "syntextbench", "model": self.model, "score": self.score, "sets": self.sets,
                 "a_t": self.config.a_t, "scores_by_a_t": self.scores_by_a_t, "n": self.config.n,
                 "seed": self.config.seed, "icl_accuracy_mean": self.icl_accuracy_mean, "levels": self.levels,
                 "baselines": self.baselines, "timings_s": self.timings,
@@ -119,8 +132,9 @@ class Tasks:
 
     lexicon: lexicons.Lexicon
     lists: lexicons.WordLists
-    levels: list  # [(train, test) SyntheticTask pairs], one per config.levels entry
+    levels: list  # [(train, test) SyntheticTask pairs], one per config.levels entry (GeneratedTask: A.2)
     seconds: float
+    source: str = "lm-free"  # who wrote the sentences: "lm-free" (Sec. 2.2) or the A.2 generator's name
 
 
 def build_tasks(config: Config) -> Tasks:
@@ -132,6 +146,28 @@ def build_tasks(config: Config) -> Tasks:
     levels = synthetic.make_tasks(lists, config.levels, n=config.n, seed=config.seed, p_e=config.p_e,
                                   p_n=config.p_n)
     return Tasks(lexicon, lists, levels, time.perf_counter() - start)
+
+
+def generated_tasks(generator, config: Config, tasks: Tasks | None = None, *, cache_dir: str | None = None,
+                    progress: Callable = no_progress) -> Tasks:
+    """``tasks`` (default ``build_tasks(config)``) with its levels written by the ``generator``
+    Scorer (App. A.2, config.generator names it), cached under ``cache_dir``."""
+    tasks = tasks or build_tasks(config)
+    if not config.generator:
+        raise LmprobeError("generated_tasks needs config.generator: the name of the LM that writes the sets")
+    start = time.perf_counter()
+    levels = syntextbench_generated.generated_levels(
+        generator, tasks.lists, levels=config.levels, n=config.n, seed=config.seed, vocab_size=config.generator_vocab,
+        max_tokens=config.generator_max_tokens, generator_name=config.generator, cache_dir=cache_dir,
+        progress=progress)
+    return dataclasses.replace(tasks, levels=levels, seconds=time.perf_counter() - start, source=config.generator)
+
+
+def label_word_fraction(tasks: Tasks, pair) -> float:
+    """Fig. 3's statistic of one level: the mean share of label-class words per sentence, train
+    and test together (exact for LM-free sets, by list membership for generated ones)."""
+    values = [sentence_stats.task_label_fractions(split, tasks.lists.positive, tasks.lists.negative) for split in pair]
+    return sentence_stats.mean_label_fraction(np.concatenate(values))
 
 
 def run(scorer, config: Config, *, model_name: str, cache_dir: str | None = None,
@@ -160,8 +196,9 @@ def run(scorer, config: Config, *, model_name: str, cache_dir: str | None = None
     timings["scoring"] = time.perf_counter() - start
 
     levels = [{"p": p, "accuracy": float(a), "margin": float(m),
-               "feasibility": _feasibility(tasks.lexicon, test_set)}
-              for p, a, m, (_, test_set) in zip(config.levels, accuracy, margin, pairs)]
+               "feasibility": _feasibility(tasks.lexicon, pair[1]),
+               "label_word_fraction": label_word_fraction(tasks, pair)}
+              for p, a, m, pair in zip(config.levels, accuracy, margin, pairs)]
     if scorer.is_decoder and config.icl_examples:
         start = time.perf_counter()
         for level, value in zip(levels, _icl(scorer, pairs, config, model_name, cache_dir, progress)):
@@ -180,7 +217,7 @@ def run(scorer, config: Config, *, model_name: str, cache_dir: str | None = None
                 x, y, steps=config.baseline_steps, seed=config.seed, progress=progress,
                 desc=f"{model_name}: loss-data baselines"))})
         timings["baselines"] = time.perf_counter() - start
-    return Result(model_name, score, scores_by_a_t, levels, baselines, timings, config)
+    return Result(model_name, score, scores_by_a_t, levels, baselines, timings, config, tasks.source)
 
 
 def default_pooling(scorer) -> str:
@@ -227,7 +264,8 @@ def _maybe_cached_json(cache_dir, name, compute):
 
 def _feasibility(lexicon, test_set) -> float:
     """Accuracy of the lexicon's own sentence rule on the level's test sentences (A.4)."""
-    predictions = lexicons.lexicon_rule_predictions(lexicon, [t.split() for t in test_set.sentences])
+    split = str.split if isinstance(test_set, synthetic.SyntheticTask) else sentence_stats.words  # LM text: punctuation
+    predictions = lexicons.lexicon_rule_predictions(lexicon, [split(t) for t in test_set.sentences])
     return float(np.mean(predictions == np.asarray(test_set.labels)))
 
 

@@ -14,6 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 import kernels  # noqa: E402
+from lmprobe.data.sentence_stats import length_histogram  # noqa: E402
 from lmprobe.engine.runtime import is_main  # noqa: E402
 from lmprobe.errors import LmprobeError  # noqa: E402
 from lmprobe.report import artifacts  # noqa: E402
@@ -189,3 +190,39 @@ def scatter_grid(proxies: Mapping[str, Sequence], tasks: Mapping[str, Sequence],
                  "does (lower-is-better sides negated)", fontsize=9)
     save_figure(fig, path)
     return rows
+
+
+def label_word_share(curves: Mapping[str, tuple[Sequence[float], Sequence[float]]], path: str) -> None:
+    """SynTextBench Fig. 3: the average percentage of label-class words (positive words in
+    positive sentences, negative in negative) per sentence against the mixing ratio p, one line
+    per source of the sentences ({"LM-free": (levels, fractions), "<generator>": ...}; fractions
+    in [0, 1], from ``lmprobe.data.sentence_stats``). The dotted line is LM-free's expectation 1 - p."""
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    grid = np.linspace(0.0, 1.0, 11)
+    ax.plot(grid, 100 * (1 - grid), ":", color="gray", lw=1, label="1 - p")
+    for name, (levels, fractions) in curves.items():
+        ax.plot(levels, 100 * np.asarray(fractions, np.float64), "o-", ms=3, label=name)
+    ax.set(xlabel="mixing ratio p", ylabel="label-class words per sentence (%)", ylim=(-2, 102),
+           title="SynTextBench: positive / negative words in labelled sentences")
+    ax.legend(fontsize=8)
+    save_figure(fig, path)
+
+
+def sentence_length_histograms(lengths: Mapping[str, Sequence[int]], path: str, *, max_length: int = 60,
+                               note: str = "") -> None:
+    """SynTextBench Fig. 5 (App. A.5): shares of sentences of each length (in words; the last
+    bin holds max_length or more), one step curve per corpus, e.g. {"English prose, stop words
+    removed": ..., "synthetic positive": ..., "synthetic negative": ...}. The paper's reference
+    corpus is English Wikipedia, which is not available offline: ``note`` (shown under the
+    title) says what stands in for it."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, values in lengths.items():
+        values = np.asarray(values)
+        shares, bins = length_histogram(values, max_length)
+        mean = f", mean {values.mean():.1f}" if values.size else ""
+        ax.step(bins, shares, where="mid", label=f"{name} (n={values.size}{mean})")
+    ax.set(xlabel=f"sentence length in words ({max_length} = {max_length} or more)", ylabel="share of sentences",
+           title="Sentence lengths" + (f"\n{note}" if note else ""))
+    ax.title.set_fontsize(8)
+    ax.legend(fontsize=8)
+    save_figure(fig, path)

@@ -7,8 +7,10 @@ import pytest
 from scipy.stats import norm
 
 from experiments import syntextbench as front_end
+from lmprobe.data import sentence_stats
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import syntextbench
+from lmprobe.report import plots
 from tests.engine.conftest import tiny_llama_dir  # noqa: F401
 
 SMALL = dict(n=256, levels=(0.0, 0.2, 0.5, 0.95), baselines=False, icl_examples=0)
@@ -68,6 +70,42 @@ def test_no_nesting_ablation_changes_only_the_sentences():
     flat = syntextbench.build_tasks(syntextbench.Config(**{**SMALL, "p_n": 0.0}))
     repeats = lambda tasks: sum(not new for train, _ in tasks.levels for new in train.is_new)  # noqa: E731
     assert repeats(flat) == 0 < repeats(nested)
+
+
+def test_label_word_fraction_of_lm_free_sets_is_one_minus_p():
+    config = syntextbench.Config(**{**SMALL, "n": 2048, "levels": (0.0, 0.4, 1.0)})
+    tasks = syntextbench.build_tasks(config)
+    exact = [sentence_stats.task_label_fractions(train) for train, _ in tasks.levels]
+    assert np.all(exact[0] == 1.0) and np.all(exact[2] == 0.0)  # p = 0: only class words; p = 1: none
+    assert exact[1].mean() == pytest.approx(0.6, abs=0.03)  # every token copies a new word: class w.p. 1 - p
+    assert [syntextbench.label_word_fraction(tasks, pair) for pair in tasks.levels][::2] == [1.0, 0.0]
+    # by list membership (what an LM-generated set allows) the share is close: a neutral draw may also be a
+    # class word, a lexicon entry with an apostrophe or a dot splits into pieces
+    train = tasks.levels[1][0]
+    member = sentence_stats.label_word_fractions(train.sentences, train.labels, tasks.lists.positive,
+                                                 tasks.lists.negative)
+    assert np.nanmean(member) == pytest.approx(exact[1].mean(), abs=0.05)
+
+
+def test_sentence_statistics():
+    assert sentence_stats.words("She's a lotus-eater, isn't she? health_care!") == [
+        "she", "s", "a", "lotus-eater", "isn", "t", "she", "health_care"]
+    fractions = sentence_stats.label_word_fractions(
+        ["good bad the", "Bad, bad.", "the", "table good"], [1, -1, 1, -1], ["good"], ["bad"], ignore=["the"])
+    np.testing.assert_array_equal(fractions, [0.5, 1.0, np.nan, 0.0])
+    assert sentence_stats.mean_label_fraction(fractions) == 0.5
+    np.testing.assert_array_equal(sentence_stats.sentence_lengths(["The cat sat on the mat.", "It is."], ["the", "on",
+                                                                   "it", "is"]), [3, 0])
+    shares, bins = sentence_stats.length_histogram([1, 1, 2, 80], max_length=5)
+    np.testing.assert_array_equal(bins, np.arange(6))
+    np.testing.assert_allclose(shares, [0, 0.5, 0.25, 0, 0, 0.25])  # 80 lands in the last bin
+
+
+def test_fig3_and_fig5_plots(tmp_path):
+    plots.label_word_share({"LM-free": ((0, 0.5, 1), (1.0, 0.5, 0.0)), "lm": ((0, 0.5, 1), (0.3, 0.2, 0.1))},
+                           str(tmp_path / "f3.png"))
+    plots.sentence_length_histograms({"a": [1, 2, 3], "b": []}, str(tmp_path / "f5.png"), note="fortunes")
+    assert (tmp_path / "f3.png").stat().st_size > 0 and (tmp_path / "f5.png").stat().st_size > 0
 
 
 def test_bad_settings_fail_before_any_model():
