@@ -64,6 +64,7 @@ class FrontEnd:
     seq_len: int = synbench.DEFAULT_SEQ_LEN  # tokens per Gaussian input (LMs)
     pooling: str | None = None  # LMs: mean, cls, last, first_last_avg (none: last for decoders, mean for encoders)
     layer: int = -1  # LMs: hidden layer to pool
+    input_scale: float | None = None  # LMs: factor on the Gaussian inputs (none: RMS of the model's token embeddings)
     output_dir: str = "runs/synbench"  # results.json, bound_threshold.png and the representation cache
 
 
@@ -113,7 +114,8 @@ def representation_for(args, run: cli.Run | None = None) -> synbench.Representat
         return synbench.vit_representation(loaded.model, name, mean=mean, std=std, image_size=cfg.image_size,
                                            channels=cfg.num_channels, batch_size=args.batch_size, identity=about)
     scorer = load_scorer(args) if run is None else run.loaded(name, load_scorer(args))
-    return synbench.scorer_representation(scorer, name, seq_len=args.seq_len, pooling=args.pooling, layer=args.layer)
+    return synbench.scorer_representation(scorer, name, seq_len=args.seq_len, pooling=args.pooling, layer=args.layer,
+                                          input_scale=args.input_scale)
 
 
 def summary(result: dict) -> str:

@@ -217,6 +217,9 @@ def test_front_end_on_a_tiny_language_model(tiny_llama_dir, tmp_path):  # noqa: 
     assert all(np.isfinite(r["score"]) for r in result["scores"])
     assert result["representation"]["input_shape"] == [synbench.DEFAULT_SEQ_LEN, 64]
     assert result["representation"]["pooling"] == "last"
+    from safetensors.numpy import load_file  # the default input scale: the RMS of its token embeddings
+    weights = load_file(str(tiny_llama_dir / "model.safetensors"))["model.embed_tokens.weight"]
+    assert result["representation"]["input_scale"] == pytest.approx(np.sqrt((weights ** 2).mean()), rel=1e-4)
     assert set(result["curves"]) >= {"a", "E_raw", "E_rep", "rep_accuracy", "raw_accuracy"}
     assert result["config"]["n"] == 16 and "0.7" in result["argmax_eps"]
     assert (tmp_path / "bound_threshold.png").stat().st_size > 0
@@ -251,12 +254,16 @@ def test_front_end_on_a_tiny_vit(tmp_path):
 
 class LayerNormEncoder:
     """Stands in for an encoder fed input embeddings: a LayerNorm over each token's hidden
-    coordinates (BERT's embedding LayerNorm), then the mean over tokens."""
+    coordinates (BERT's embedding LayerNorm), then the mean over tokens. Its token embeddings
+    have RMS 0.05; it records the inputs it was fed."""
 
     is_decoder = False
-    config = type("Config", (), {"hidden_size": 48})
+    config = type("Config", (), {"hidden_size": 48, "vocab_size": 100})
+    model = type("Model", (), {"embed": staticmethod(lambda ids: jnp.full((len(ids), 48), 0.05).at[:, ::2].mul(-1))})
+    fed: list = []
 
     def embed_inputs(self, x, pooling, layer):
+        self.fed.append(np.asarray(x))
         return _layernorm_mean(jnp.asarray(x))
 
 
@@ -274,3 +281,18 @@ def test_a_layernorm_first_encoder_sees_the_class_signal():
     assert synbench.run(unsigned, config).scores[0]["score"] == 0.0
     signs = synbench.balanced_signs(48)
     assert signs.sum() == 0 and set(signs.tolist()) == {-1.0, 1.0} and synbench.balanced_signs(5).sum() == 1
+
+
+def test_language_model_inputs_are_scaled_to_its_token_embeddings():
+    encoder = LayerNormEncoder()
+    assert synbench.token_embedding_rms(encoder) == pytest.approx(0.05)
+    config = synbench.Config(n=64, batch_size=64, scales=(1.0,), a_t=(0.7,), epsilons=(0.0,))
+    for scale, expected in ((None, 0.05), (2.0, 2.0)):
+        encoder.fed.clear()
+        rep = synbench.scorer_representation(encoder, "layernorm", seq_len=8, input_scale=scale, identity={})
+        assert rep.settings["input_scale"] == pytest.approx(expected)
+        synbench.represent(rep, config, 1.0, "train")
+        fed = np.concatenate(encoder.fed)  # unit-variance Gaussians times +-scale: RMS about the scale
+        assert np.sqrt((fed ** 2).mean()) == pytest.approx(expected, rel=0.05)
+    with pytest.raises(LmprobeError, match="input_scale"):
+        synbench.scorer_representation(encoder, "layernorm", input_scale=0.0, identity={})
