@@ -97,16 +97,17 @@ def offline(args) -> bool | None:
 
 
 def scorer_kwargs(args) -> dict:
-    """Scorer.load's keyword arguments from the shared flags (also for scope.variants.load_scorer)."""
+    """Scorer.load's keyword arguments from the shared flags."""
     return dict(dtype=dtype(args), model_parallel=args.model_parallel, strategy=args.sharding, revision=args.revision,
                 offline=offline(args), allow_pickle=args.allow_pickle, batch_size=args.batch_size)
 
 
 def load_scorer(args, name: str | None = None, **kwargs):
-    """The Scorer of ``name`` (default --model) as the shared flags describe it."""
-    from lmprobe.engine import Scorer
+    """The Scorer of ``name`` (default --model) as the shared flags describe it; variants
+    (NAME@noise=SIGMA, @drop-layer=K, @int8, @bf16: lmprobe.methods.scope.variants) applied."""
+    from lmprobe.methods.scope import variants
 
-    return Scorer.load(name or args.model, **{**scorer_kwargs(args), **kwargs})
+    return variants.load_scorer(name or args.model, **{**scorer_kwargs(args), **kwargs})
 
 
 def load_checkpoint(args, name: str, **kwargs):

@@ -118,7 +118,7 @@ class _Models:
                 raise LmprobeError(f"'{name}': black boxes give labels, so they need --task=classify")
             return models.SampledModel(name, models.sampler_from(inner), inner.label_names, k=args.samples,
                                        seed=args.seed, unknown_token=inner.unknown_token)
-        scorer = self.run.loaded(name, variants.load_scorer(name, **cli.scorer_kwargs(args)))
+        scorer = self.run.loaded(name, cli.load_scorer(args, name))
         if args.task == "lm":
             return models.NextToken(name, scorer)
         names = self.train.label_names

@@ -99,8 +99,14 @@ def representation_for(args, run: cli.Run | None = None) -> synbench.Representat
     from lmprobe.checkpoints.resolve import resolve
     from lmprobe.models import family_for
 
-    ckpt = resolve(name, offline=cli.offline(args), allow_pickle=args.allow_pickle, revision=args.revision)
+    from lmprobe.methods.scope import variants
+
+    base, applied = variants.split_name(name)
+    ckpt = resolve(base, offline=cli.offline(args), allow_pickle=args.allow_pickle, revision=args.revision)
     if family_for(ckpt.config, where=ckpt.location).name == "vit":
+        if applied:
+            raise LmprobeError(f"--model={name}: variants ({', '.join(applied)}) apply to language models; "
+                               f"give the ViT checkpoint as {base}")
         from lmprobe.checkpoints import identity
         from lmprobe.engine.scorer import model_identity
         from lmprobe.models import vit

@@ -180,7 +180,7 @@ def _run_stage(stage: str, scorer, name: str, args, data: Data, cache_dir: str) 
 def measure(name: str, args, data: Data, run_dir: str, run: cli.Run) -> dict:
     """Every stage on one model (cached per stage)."""
     start = time.perf_counter()
-    scorer = run.loaded(name, variants.load_scorer(name, **cli.scorer_kwargs(args)))
+    scorer = run.loaded(name, cli.load_scorer(args, name))
     decoder = bool(scorer.is_decoder)
     record = {"model": name, "group": "decoders" if decoder else "encoders", "numbers": {}, "seconds": {},
               "load_s": time.perf_counter() - start}

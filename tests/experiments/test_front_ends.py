@@ -141,6 +141,24 @@ def test_scope_passes_the_shared_flags_to_every_model(tmp_path, monkeypatch):
                       "batch_size": 3, "revision": "abc"}
 
 
+@pytest.mark.parametrize("front_end", [syntextbench, byod, synbench, throughput])
+def test_every_front_end_loads_variants(front_end, tmp_path, monkeypatch):
+    # NAME@noise=SIGMA etc. reach the variant loader from every front end, not only scope and validate
+    calls = []
+
+    class Loaded(Exception):
+        pass
+
+    def load_scorer(name, **kwargs):
+        calls.append(name)
+        raise Loaded
+
+    monkeypatch.setattr(scope.variants, "load_scorer", load_scorer)
+    with pytest.raises(Loaded):
+        front_end.main(["--model=smollm2-135m@noise=0.1", f"--output_dir={tmp_path}"])
+    assert calls == ["smollm2-135m@noise=0.1"]
+
+
 def test_synbench_loads_a_vit_with_the_shared_flags(tmp_path, monkeypatch):
     from transformers import ViTConfig, ViTModel
 
