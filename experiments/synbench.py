@@ -97,9 +97,8 @@ def representation_for(args, run: cli.Run | None = None) -> synbench.Representat
                                f"({e})") from None
         return synbench.function_representation(name, fn, shape, **common)
     from lmprobe.checkpoints.resolve import resolve
-    from lmprobe.models import family_for
-
     from lmprobe.methods.scope import variants
+    from lmprobe.models import family_for
 
     base, applied = variants.split_name(name)
     ckpt = resolve(base, offline=cli.offline(args), allow_pickle=args.allow_pickle, revision=args.revision)
