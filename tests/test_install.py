@@ -1,0 +1,60 @@
+"""What README's commands and CI install agree: constraints.txt pins every requirement within
+setup.cfg's ranges, and README's first bash block has the two commands .ci/run runs."""
+
+from __future__ import annotations
+
+import configparser
+import os
+import re
+
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _pins() -> dict[str, Version]:
+    with open(os.path.join(REPO, "constraints.txt"), encoding="utf-8") as f:
+        lines = [line.strip() for line in f if line.strip() and not line.startswith("#")]
+    return {_key(name): Version(version) for name, version in (line.split("==") for line in lines)}
+
+
+def _requirements() -> list[Requirement]:
+    cfg = configparser.ConfigParser()
+    cfg.read(os.path.join(REPO, "setup.cfg"))
+    lines = cfg["options"]["install_requires"].splitlines()
+    for extra in ("test", "lm_eval"):
+        lines += cfg["options.extras_require"][extra].splitlines()
+    return [Requirement(line) for line in lines if line.strip() and not line.strip().startswith("#")]
+
+
+def test_constraints_pin_every_requirement_inside_its_range():
+    pins = _pins()
+    for req in _requirements():
+        assert _key(req.name) in pins, f"constraints.txt has no pin for {req.name}: python .ci/constraints.py"
+        assert req.specifier.contains(pins[_key(req.name)], prereleases=True), (req, pins[_key(req.name)])
+
+
+def test_runtime_requirements_have_upper_bounds():
+    cfg = configparser.ConfigParser()
+    cfg.read(os.path.join(REPO, "setup.cfg"))
+    runtime = [Requirement(line) for line in cfg["options"]["install_requires"].splitlines()
+               if line.strip() and not line.strip().startswith("#")]
+    assert runtime and all(any(s.operator in ("<", "<=", "==") for s in r.specifier) for r in runtime), runtime
+
+
+def test_readme_commands_are_what_ci_runs():
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        block = f.read().split("```bash\n", 1)[1].split("\n```", 1)[0].splitlines()
+    user, developer = block[:2]
+    assert user.endswith(" && python -m experiments.syntextbench") and "[test]" not in user
+    assert developer.endswith(" && python -m pytest") and '".[test]"' in developer
+    for command in (user, developer):
+        assert "-c constraints.txt" in command
+    with open(os.path.join(REPO, ".ci", "run"), encoding="utf-8") as f:
+        ci = f.read()
+    assert "readme_command 1" in ci and "readme_command 2" in ci and "python -m tests.user_jobs" in ci
