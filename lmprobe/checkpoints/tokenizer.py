@@ -1,17 +1,16 @@
-"""Tokenizers for checkpoints: transformers' AutoTokenizer on a directory, or built from a
-GGUF file's own vocabulary (a slow conversion, cached on disk as a tokenizer.json).
-
-transformers converts GGUF tokenizers of the llama (sentencepiece), gpt2 (byte-level BPE) and t5
-kinds, but not llama.cpp's BERT WordPiece vocabularies (``tokenizer.ggml.model == "bert"``, e.g.
-nomic-embed): those are rebuilt here (``bert_gguf_tokenizer``)."""
+"""Tokenizers for checkpoints: transformers' AutoTokenizer on a directory, or the tokenizer a GGUF
+file describes, rebuilt from its metadata by gguf_tokenizer.py (torch-free) and cached on disk as a
+tokenizer.json."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import tempfile
 
+from lmprobe.checkpoints.base import read_json
 from lmprobe.errors import CheckpointError
 
 TOKENIZER_FILES = (
@@ -38,10 +37,17 @@ def _from_pretrained(location: str, **kwargs):
     try:
         return AutoTokenizer.from_pretrained(location, local_files_only=True, **kwargs)
     except Exception as e:  # noqa: BLE001 - transformers raises many kinds; one message for all
-        raise CheckpointError(
-            f"cannot build the tokenizer of '{location}' ({type(e).__name__}: {e}): copy the "
-            "original model's tokenizer files (tokenizer.json, ...) into it"
-        ) from None
+        raise CheckpointError(f"cannot build the tokenizer of '{location}' ({type(e).__name__}: {e}): "
+                              f"{_tokenizer_fix(e)}") from None
+
+
+def _tokenizer_fix(error: Exception) -> str:
+    """What to do about a tokenizer that transformers could not build from a checkpoint's files."""
+    missing = getattr(error, "name", None) if isinstance(error, ImportError) else None
+    if missing:
+        return f"the tokenizer needs the package '{missing.split('.')[0]}': pip install {missing.split('.')[0]}"
+    return ("its tokenizer files are incomplete or damaged: download the checkpoint again (for a hub model, "
+            "delete its snapshot from the hub cache first)")
 
 
 def directory_tokenizer(directory: str):
@@ -49,85 +55,49 @@ def directory_tokenizer(directory: str):
     if not any(os.path.isfile(os.path.join(directory, f)) for f in TOKENIZER_FILES):
         raise CheckpointError(
             f"checkpoint directory '{directory}' has no tokenizer files (looked for "
-            f"{', '.join(TOKENIZER_FILES)}): copy the original model's tokenizer files into it"
+            f"{', '.join(TOKENIZER_FILES)}): a checkpoint saved without its tokenizer needs the original "
+            "model's tokenizer files beside its weights (tokenizer.save_pretrained(directory))"
         )
     return _from_pretrained(directory)
 
 
 def gguf_tokenizer(path: str):
-    """The tokenizer stored in a GGUF file; converted once, then loaded from the disk cache."""
-    import transformers
+    """The tokenizer stored in a GGUF file: built once from its metadata (gguf_tokenizer.py), then
+    loaded from the disk cache, keyed by the file and lmprobe's builder version."""
+    from lmprobe.checkpoints.gguf_tokenizer import BUILDER_VERSION, build_gguf_tokenizer
 
     stat = os.stat(path)
-    key = f"{os.path.abspath(path)}|{stat.st_size}|{stat.st_mtime_ns}|{transformers.__version__}"
+    key = f"{os.path.abspath(path)}|{stat.st_size}|{stat.st_mtime_ns}|lmprobe-gguf-tokenizer-{BUILDER_VERSION}"
     cached = os.path.join(cache_root(), "gguf-tokenizers", hashlib.sha256(key.encode()).hexdigest()[:24])
-    if os.path.isfile(os.path.join(cached, "tokenizer.json")):
-        return _from_pretrained(cached)
-    if _gguf_field(path, "tokenizer.ggml.model") == "bert":
-        tokenizer = bert_gguf_tokenizer(path)
-    else:
-        tokenizer = _from_pretrained(os.path.dirname(path) or ".", gguf_file=os.path.basename(path))
-    _store(tokenizer, cached)
+    tokenizer = _load_cached(cached)
+    if tokenizer is None:
+        tokenizer = build_gguf_tokenizer(path)
+        _store(tokenizer, cached)
     return tokenizer
 
 
-def _gguf_field(path: str, key: str):
-    from lmprobe.checkpoints.gguf_io import read_header
-
-    return read_header(path)[0].get(key)
+LOAD_ARGS = "lmprobe_load_args.json"  # what save_pretrained leaves out: add_bos_token / add_eos_token
 
 
-PHANTOM_SPACE = "\u2581"
-BERT_SPECIALS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
-                 "mask_token": "[MASK]"}
-
-
-def bert_gguf_tokenizer(path: str):
-    """A BERT WordPiece tokenizer from a llama.cpp BERT-family GGUF file.
-
-    llama.cpp's converter (BertModel.set_vocab) writes WordPiece tokens in "phantom space" form:
-    a word-initial token gets a leading U+2581, a continuation token loses its "##", control tokens
-    ([CLS], [SEP], ...) stay as they are. This undoes that and rebuilds BERT's pipeline (BERT
-    normalizer, pre-tokenizer, [CLS] A [SEP] template). Lower-casing is not recorded in GGUF: it is
-    on when no ordinary token holds an upper-case letter (an uncased vocabulary).
-    """
-    import gguf
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+def _load_cached(directory: str):
+    """A tokenizer saved in the cache, or None when there is none or it does not load (then it is rebuilt)."""
+    if not os.path.isfile(os.path.join(directory, "tokenizer.json")):
+        return None
     from transformers import PreTrainedTokenizerFast
 
-    from lmprobe.checkpoints.gguf_io import read_header
+    try:
+        args_path = os.path.join(directory, LOAD_ARGS)
+        kwargs = read_json(args_path, "cached tokenizer arguments") if os.path.isfile(args_path) else {}
+        return PreTrainedTokenizerFast.from_pretrained(directory, local_files_only=True, **kwargs)
+    except Exception:  # noqa: BLE001 - a damaged cache entry only costs a rebuild
+        return None
 
-    fields, _ = read_header(path, strings={"tokenizer.ggml.tokens"})
-    if "tokenizer.ggml.tokens" not in fields:
-        raise CheckpointError(f"GGUF file '{path}' holds no vocabulary (tokenizer.ggml.tokens): load it with "
-                              "tokenizer=False, or pass the original model's tokenizer directory")
-    tokens = fields["tokenizer.ggml.tokens"]
-    types = fields.get("tokenizer.ggml.token_type", [])
-    types = list(types) + [int(gguf.TokenType.NORMAL)] * (len(tokens) - len(types))
-    vocab, ordinary = {}, []
-    for i, (token, kind) in enumerate(zip(tokens, types)):
-        if kind != gguf.TokenType.CONTROL:
-            token = token[1:] if token.startswith(PHANTOM_SPACE) else "##" + token
-            ordinary.append(token)
-        vocab.setdefault(token, i)
-    missing = [t for t in ("[UNK]", "[CLS]", "[SEP]") if t not in vocab]
-    if missing:
-        raise CheckpointError(f"GGUF file '{path}' has a BERT vocabulary without {', '.join(missing)}: lmprobe "
-                              "cannot rebuild its tokenizer; pass the original model's tokenizer directory")
-    lowercase = not any(t != t.lower() for t in ordinary)
-    backend = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100))
-    backend.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None,
-                                                    lowercase=lowercase)
-    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    cls, sep = vocab["[CLS]"], vocab["[SEP]"]
-    backend.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
-    backend.decoder = decoders.WordPiece(prefix="##")
-    context = fields.get(f"{fields.get('general.architecture')}.context_length", 512)
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend, **{k: v for k, v in BERT_SPECIALS.items() if v in vocab},
-        model_max_length=int(context), do_lower_case=lowercase,
-        model_input_names=["input_ids", "token_type_ids", "attention_mask"])
+
+def _load_args(tokenizer) -> dict:
+    """The BOS/EOS flags to pass back on load when one is on (both off: the saved post-processor says it all,
+    and passing them would replace a BERT template)."""
+    flags = {k: bool(getattr(tokenizer, k, False)) for k in ("add_bos_token", "add_eos_token")}
+    return flags if any(flags.values()) else {}
 
 
 def _store(tokenizer, target: str) -> None:
@@ -139,6 +109,8 @@ def _store(tokenizer, target: str) -> None:
         return
     try:
         tokenizer.save_pretrained(staging)
+        with open(os.path.join(staging, LOAD_ARGS), "w", encoding="utf-8") as f:
+            json.dump(_load_args(tokenizer), f)
         os.replace(staging, target)
     except OSError:
         shutil.rmtree(staging, ignore_errors=True)

@@ -433,7 +433,8 @@ KNOWN_IDS = {
 @pytest.mark.slow
 @pytest.mark.parametrize("alias", list(KNOWN_IDS))
 def test_ladder_gguf_tokenizers(alias):
-    """transformers' GGUF tokenizer conversion on the real qwen2 and gemma3 files (via lmprobe)."""
+    """lmprobe's GGUF tokenizer (rebuilt from the file's metadata) on the real qwen2 and gemma3 files: ids the
+    models' own tokenizers give (test_gguf_tokenizer.py compares with transformers' conversion at length)."""
     from lmprobe.checkpoints.resolve import resolve
 
     if INSTALLED[alias] is None:
