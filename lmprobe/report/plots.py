@@ -20,48 +20,77 @@ from lmprobe.errors import LmprobeError  # noqa: E402
 from lmprobe.report import artifacts  # noqa: E402
 from lmprobe.report.correlation import MIN_MODELS, correlation_table  # noqa: E402
 
+# Font sizes in points at the saved size (figures are saved unscaled): nothing smaller than MIN_FONT.
+MIN_FONT = 9
+STYLE = {"font.size": 10, "axes.titlesize": 11, "axes.labelsize": 10, "xtick.labelsize": MIN_FONT,
+         "ytick.labelsize": MIN_FONT, "legend.fontsize": MIN_FONT, "legend.title_fontsize": MIN_FONT,
+         "figure.titlesize": 12}
+MAX_POINT_LABELS = 3  # margin_accuracy labels each point with its p for this many models at most
+
+
+def styled(function):
+    """Run a plotting function (figure made and saved inside it) under STYLE's font sizes."""
+    return plt.rc_context(STYLE)(function)
+
 
 def save_figure(fig, path) -> None:
     """Write ``fig`` to ``path`` (local or epath URL; the format follows its suffix), atomically,
-    by process 0 only; the figure is closed either way."""
+    by process 0 only; the figure is closed either way. Text outside the axes is kept (tight bbox)."""
     try:
         if is_main():
-            fig.tight_layout()
+            if fig.get_layout_engine() is None:
+                fig.tight_layout()
             buffer = io.BytesIO()
-            fig.savefig(buffer, dpi=120, format=os.path.splitext(str(path))[1].lstrip(".").lower() or "png")
+            fig.savefig(buffer, dpi=120, bbox_inches="tight", pad_inches=0.1,
+                        format=os.path.splitext(str(path))[1].lstrip(".").lower() or "png")
             artifacts.write_bytes(path, buffer.getvalue())
     finally:
         plt.close(fig)
 
 
+@styled
 def margin_accuracy(results: list[dict], path: str) -> None:
-    """Average scaled margin delta_p against accuracy a_p, one curve per model (paper Fig. 1)."""
-    fig, ax = plt.subplots(figsize=(5.5, 4))
+    """Average scaled margin delta_p against accuracy a_p, one curve per model (paper Fig. 1); one point per
+    mixing ratio p, labelled with p for up to MAX_POINT_LABELS models."""
+    fig, ax = plt.subplots(figsize=(6, 4.5))
     for r in results:
         acc = [level["accuracy"] for level in r["levels"]]
         margin = [level["margin"] for level in r["levels"]]
-        ax.plot(acc, margin, "o-", ms=3, label=f"{r['model']} ({r['score']:.3f})")
-    ax.set(xlabel="accuracy $a_p$", ylabel=r"average scaled margin $\delta_p$",
-           title="SynTextBench margin-accuracy")
-    ax.legend(fontsize=8)
+        line, = ax.plot(acc, margin, "o-", ms=4, label=f"{r['model']} (score {r['score']:.3f})")
+        if len(results) <= MAX_POINT_LABELS:
+            for level in r["levels"]:
+                ax.annotate(f"p = {level['p']:g}", (level["accuracy"], level["margin"]), xytext=(5, 5),
+                            textcoords="offset points", color=line.get_color())
+    ax.margins(0.12)  # room for the point labels
+    ax.set(xlabel="accuracy $a_p$ of the Bayes classifier", ylabel=r"average scaled margin $\delta_p$",
+           title="SynTextBench: margin against accuracy (one point per mixing ratio p)")
+    ax.grid(alpha=0.3, lw=0.5)
+    ax.legend(loc="best")
     save_figure(fig, path)
 
 
+@styled
 def goodness(results: list[dict], path: str) -> None:
-    """Goodness s(a) on [0.5, 1] per model; the score is its area right of a_T (paper Fig. 7)."""
+    """Goodness s(a) on [0.5, 1] per model; the score is its area right of a_T (shaded; paper Fig. 7)."""
     grid = np.linspace(0.5, 1.0, 501)
-    fig, ax = plt.subplots(figsize=(5.5, 4))
+    a_t = results[0]["a_t"]
+    fig, ax = plt.subplots(figsize=(6, 4.5))
     for r in results:
         acc = np.asarray([level["accuracy"] for level in r["levels"]])
         margin = np.asarray([level["margin"] for level in r["levels"]])
-        ax.step(grid, np.asarray(kernels.threshold_curve(grid, acc, margin)), where="post",
-                label=f"{r['model']} ({r['score']:.3f})")
-    ax.axvline(results[0]["a_t"], color="gray", ls="--", lw=1, label=f"$a_T$ = {results[0]['a_t']}")
-    ax.set(xlabel="accuracy threshold a", ylabel="s(a)", title="SynTextBench goodness function")
-    ax.legend(fontsize=8)
+        curve = np.asarray(kernels.threshold_curve(grid, acc, margin))
+        line, = ax.step(grid, curve, where="post", label=f"{r['model']} (score {r['score']:.3f})")
+        ax.fill_between(grid, 0, curve, where=grid >= a_t, step="post", color=line.get_color(),
+                        alpha=0.25 / len(results), lw=0)
+    ax.axvline(a_t, color="gray", ls="--", lw=1, label=f"$a_T$ = {a_t:g}")
+    ax.set(xlabel="accuracy threshold a", ylabel="goodness s(a)",
+           title="SynTextBench goodness: score = shaded area right of $a_T$")
+    ax.grid(alpha=0.3, lw=0.5)
+    ax.legend(loc="best")
     save_figure(fig, path)
 
 
+@styled
 def synbench_bound_threshold(result: dict, path: str, area_epsilons: tuple[float, ...] | None = None) -> None:
     """SynBench's expected bound-threshold accuracy plot (003 Fig. 3).
 
@@ -75,7 +104,7 @@ def synbench_bound_threshold(result: dict, path: str, area_epsilons: tuple[float
     e_raw, e_rep = np.asarray(curves["E_raw"]), np.asarray(curves["E_rep"])
     picks = [e for e in (area_epsilons or sorted({eps[0], eps[-1]})) if e in eps]
     a_t = min(s["a_t"] for s in result["scores"])
-    fig, axes = plt.subplots(1, 1 + len(picks), figsize=(5.0 * (1 + len(picks)), 4), squeeze=False)
+    fig, axes = plt.subplots(1, 1 + len(picks), figsize=(5.0 * (1 + len(picks)), 4.3), squeeze=False, sharey=True)
     ax = axes[0, 0]
     same_raw = np.allclose(e_raw, e_raw[:1])
     for j, e in enumerate(eps):
@@ -84,21 +113,22 @@ def synbench_bound_threshold(result: dict, path: str, area_epsilons: tuple[float
             ax.step(grid, e_raw[j], where="post", ls=":", color=line.get_color())
     ax.step(grid, e_raw[0], where="post", color="k", lw=2, label="raw data (Thm 1)" if same_raw else
             rf"raw data, $\epsilon$ = {eps[0]} (dotted: other $\epsilon$)")
-    ax.set(xlabel="threshold accuracy $a_t$", ylabel="expected scaled bound $E(a_t)$",
-           title=f"SynBench: {result['model']}")
-    ax.legend(fontsize=7)
+    ax.set(xlabel="threshold accuracy $a_t$", ylabel="expected scaled bound $E(a_t)$", title=r"every $\epsilon$")
+    ax.legend(loc="best")
     for ax, e in zip(axes[0, 1:], picks):
         j = eps.index(e)
         right = grid >= a_t
         ax.fill_between(grid[right], 0, e_rep[j][right], step="post", alpha=0.5, label="area B (representation)")
         ax.fill_between(grid[right], e_rep[j][right], np.maximum(e_raw[j][right], e_rep[j][right]), step="post",
-                        alpha=0.3, color="gray", label="area A")
-        ax.step(grid, e_raw[j], where="post", color="k", lw=1)
+                        alpha=0.3, color="gray", label="area A (raw data above it)")
+        ax.step(grid, e_raw[j], where="post", color="k", lw=1, label="raw data")
         score = next(s["score"] for s in result["scores"] if s["eps"] == e and s["a_t"] == a_t)
-        ax.set(
-            xlabel="threshold accuracy $a_t$", title=rf"$\epsilon$ = {e}: score B/(A+B) = {score:.3f} at $a_t$ = {a_t}"
-        )
-        ax.legend(fontsize=7)
+        ax.set(xlabel="threshold accuracy $a_t$",
+               title=rf"$\epsilon$ = {e}: score B/(A+B) = {score:.3f} at $a_t$ = {a_t}")
+        ax.legend(loc="best")
+    for ax in axes[0]:
+        ax.grid(alpha=0.3, lw=0.5)
+    fig.suptitle(f"SynBench: {result['model']}, expected scaled bound against threshold accuracy")
     save_figure(fig, path)
 
 
@@ -128,6 +158,7 @@ def _panel_title(row: dict) -> str:
     return rf"$\rho$ = {rho:+.2f}   $\tau$ = {tau:+.2f}   (n = {row['n']})"
 
 
+@styled
 def scatter_grid(proxies: Mapping[str, Sequence], tasks: Mapping[str, Sequence], models: Sequence[str],
                  groups: Sequence[str] | None, path, *, lower_is_better: set[str] | frozenset[str] = frozenset(),
                  labels: Sequence[str] | None = None,
@@ -173,41 +204,43 @@ def scatter_grid(proxies: Mapping[str, Sequence], tasks: Mapping[str, Sequence],
                 if pick.any():
                     ax.scatter(t[pick], p[pick], s=16, color=colours[g], zorder=2)
             for k in np.flatnonzero(both):
-                ax.annotate(labels[k], (t[k], p[k]), xytext=(3, 2), textcoords="offset points", fontsize=6,
+                ax.annotate(labels[k], (t[k], p[k]), xytext=(3, 2), textcoords="offset points",
                             color=colours[groups[k]])
-            ax.set_title(_panel_title(rows[i * len(tasks) + j]), fontsize=8)
-            ax.tick_params(labelsize=7)
+            ax.set_title(_panel_title(rows[i * len(tasks) + j]), fontsize=10)
             ax.grid(alpha=0.3, lw=0.5)
-            ax.margins(x=0.15, y=0.1)  # room for the labels of the outermost points
+            ax.margins(x=0.25, y=0.12)  # room for the labels of the outermost points
             if i == len(proxies) - 1:
-                ax.set_xlabel(axis_label(task), fontsize=8)
+                ax.set_xlabel(axis_label(task))
             if j == 0:
-                ax.set_ylabel(axis_label(proxy), fontsize=8)
+                ax.set_ylabel(axis_label(proxy))
     if any(order):
         handles = [plt.Line2D([], [], ls="", marker="o", ms=4, color=colours[g]) for g in order]
-        axes[0, 0].legend(handles, [g or "other" for g in order], fontsize=7, loc="best")
+        axes[0, 0].legend(handles, [g or "other" for g in order], loc="best")
     fig.suptitle(title + "\n" + r"$\rho$: Spearman, $\tau$: Kendall; positive = the proxy orders models as the task "
-                 "does (lower-is-better sides negated)", fontsize=9)
+                 "does (lower-is-better sides negated)", fontsize=11)
     save_figure(fig, path)
     return rows
 
 
+@styled
 def label_word_share(curves: Mapping[str, tuple[Sequence[float], Sequence[float]]], path: str) -> None:
     """SynTextBench Fig. 3: the average percentage of label-class words (positive words in
     positive sentences, negative in negative) per sentence against the mixing ratio p, one line
     per source of the sentences ({"LM-free": (levels, fractions), "<generator>": ...}; fractions
     in [0, 1], from ``lmprobe.data.sentence_stats``). The dotted line is LM-free's expectation 1 - p."""
-    fig, ax = plt.subplots(figsize=(5.5, 4))
+    fig, ax = plt.subplots(figsize=(6, 4.5))
     grid = np.linspace(0.0, 1.0, 11)
-    ax.plot(grid, 100 * (1 - grid), ":", color="gray", lw=1, label="1 - p")
+    ax.plot(grid, 100 * (1 - grid), ":", color="gray", lw=1.2, label="1 - p (LM-free expectation)")
     for name, (levels, fractions) in curves.items():
-        ax.plot(levels, 100 * np.asarray(fractions, np.float64), "o-", ms=3, label=name)
+        ax.plot(levels, 100 * np.asarray(fractions, np.float64), "o-", ms=4, label=name)
     ax.set(xlabel="mixing ratio p", ylabel="label-class words per sentence (%)", ylim=(-2, 102),
-           title="SynTextBench: positive / negative words in labelled sentences")
-    ax.legend(fontsize=8)
+           title="SynTextBench: label-class words in labelled sentences")
+    ax.grid(alpha=0.3, lw=0.5)
+    ax.legend(loc="upper right")
     save_figure(fig, path)
 
 
+@styled
 def sentence_length_histograms(lengths: Mapping[str, Sequence[int]], path: str, *, max_length: int = 60,
                                note: str = "") -> None:
     """SynTextBench Fig. 5 (App. A.5): shares of sentences of each length (in words; the last
@@ -215,14 +248,14 @@ def sentence_length_histograms(lengths: Mapping[str, Sequence[int]], path: str, 
     removed": ..., "synthetic positive": ..., "synthetic negative": ...}. The paper's reference
     corpus is English Wikipedia, which is not available offline: ``note`` (shown under the
     title) says what stands in for it."""
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
     for name, values in lengths.items():
         values = np.asarray(values)
         shares, bins = length_histogram(values, max_length)
         mean = f", mean {values.mean():.1f}" if values.size else ""
         ax.step(bins, shares, where="mid", label=f"{name} (n={values.size}{mean})")
-    ax.set(xlabel=f"sentence length in words ({max_length} = {max_length} or more)", ylabel="share of sentences",
-           title="Sentence lengths" + (f"\n{note}" if note else ""))
-    ax.title.set_fontsize(8)
-    ax.legend(fontsize=8)
+    ax.set(xlabel=f"sentence length in words (the last bin: {max_length} or more)", ylabel="share of sentences")
+    ax.set_title("SynTextBench: sentence lengths" + (f"\n{note}" if note else ""), fontsize=10)
+    ax.grid(alpha=0.3, lw=0.5)
+    ax.legend(loc="upper right")
     save_figure(fig, path)
