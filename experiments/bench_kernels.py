@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import platform
 import statistics
@@ -31,6 +30,7 @@ from scipy.stats import entropy as scipy_entropy
 from scipy.stats import norm
 
 import kernels as K
+from lmprobe.report.artifacts import json_text
 
 FULL = {
     "pairs": 256, "vocab": 50_000, "chunk": K.DEFAULT_CHUNK_SIZE,  # JSD and friends
@@ -416,7 +416,7 @@ def main(argv=None):
             "jsd_memory": memory,
         }
         with open(args.json, "w") as f:
-            json.dump(payload, f, indent=2)
+            f.write(json_text(payload))  # strict JSON: a NaN or infinite speedup as null
     return rows, memory
 
 

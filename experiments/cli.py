@@ -14,7 +14,9 @@ import dataclasses
 import functools
 import logging
 import shlex
+import signal
 import sys
+import threading
 import time
 import types
 
@@ -59,7 +61,8 @@ def parser(doc: str, name: str | None = None) -> flags.Parser:
     p.group(FRONT_END)  # listed first, the shared flags last
     p.trailing = (SHARED,)
     flags.add(p, Shared, group=SHARED, choices={"dtype": runtime.DTYPES, "sharding": ("fsdp", "tp"),
-                                                "verbosity": tuple(_logging.LEVELS)})
+                                                "verbosity": tuple(_logging.LEVELS)},
+              convert={"batch_size": flags.bounded(1), "model_parallel": flags.bounded(1), "seed": flags.bounded(0)})
     return p
 
 
@@ -97,9 +100,9 @@ def offline(args) -> bool | None:
 
 
 def scorer_kwargs(args) -> dict:
-    """Scorer.load's keyword arguments from the shared flags."""
+    """Scorer.load's keyword arguments from the shared flags (and the weights' ``progress``)."""
     return dict(dtype=dtype(args), model_parallel=args.model_parallel, strategy=args.sharding, revision=args.revision,
-                offline=offline(args), allow_pickle=args.allow_pickle, batch_size=args.batch_size)
+                offline=offline(args), allow_pickle=args.allow_pickle, batch_size=args.batch_size, progress=progress)
 
 
 def load_scorer(args, name: str | None = None, **kwargs):
@@ -118,13 +121,31 @@ def load_checkpoint(args, name: str, **kwargs):
 
     place = placement(make_mesh(args.model_parallel), args.sharding)
     return load(name, dtype=dtype(args), place=place, offline=offline(args), allow_pickle=args.allow_pickle,
-                revision=args.revision, **kwargs)
+                revision=args.revision, **{"progress": progress, **kwargs})
+
+
+def require_kind(args, names, what: str, accepted) -> None:
+    """Refuse, before any weight is read, each model of ``names`` whose kind (causal LM, encoder,
+    encoder-decoder: the family its config.json names) ``what`` cannot use (``accepted``)."""
+    from lmprobe.engine.plan import hf_config
+    from lmprobe.methods import require_kind as check
+    from lmprobe.methods.scope import variants
+    from lmprobe.models import family_for
+
+    for name in names:
+        config, where = hf_config(variants.split_name(name)[0], offline=offline(args), revision=args.revision)
+        check(what, name, family_for(config, where=where).kind, accepted)
+
+
+_saved_in: list[str] = []  # the run directory (output_dir) of this program, for main_guard's Ctrl-C line
 
 
 def output_dir(path) -> str:
     """``path`` checked writable by process 0 (one clear error on every process otherwise), as a
-    string; join files under it with ``lmprobe.report.artifacts.join`` (local paths and gs:// URLs)."""
+    string; join files under it with ``lmprobe.report.artifacts.join`` (local paths and gs:// URLs).
+    Ctrl-C (``main_guard``) then names it as where the finished work is."""
     artifacts.check_writable(path)
+    _saved_in[:] = [str(path)]
     return str(path)
 
 
@@ -135,10 +156,14 @@ def say(*args, **kwargs) -> None:
 
 
 def progress(iterable, desc: str = "", **kwargs):
-    """A progress bar over ``iterable`` on process 0 when stderr is a terminal and --verbosity
-    shows info; the bare iteration otherwise."""
-    quiet = not runtime.is_main() or not _logging.enabled(logging.INFO)
-    return tqdm(iterable, desc=desc, disable=True if quiet else None, **kwargs)
+    """Progress over ``iterable`` on process 0 where --verbosity shows info: a bar when stderr is a
+    terminal, log lines (start, every 30 s with rate and ETA, end: lmprobe.log.Progress) when it is
+    a file or a job log; the bare iteration elsewhere."""
+    if not runtime.is_main() or not _logging.enabled(logging.INFO):
+        return iterable
+    if sys.stderr.isatty():
+        return tqdm(iterable, desc=desc, **kwargs)
+    return _logging.Progress(iterable, desc=desc, **kwargs)
 
 
 class Run:
@@ -177,14 +202,50 @@ class Run:
 
 
 def main_guard(fn):
-    """Run ``fn``; an LmprobeError prints as one line on stderr and exits with status 2."""
+    """Run ``fn``; an LmprobeError prints as one line on stderr and exits with status 2; Ctrl-C
+    (SIGINT) or SIGTERM (a pod's preemption) as one line saying what is saved, with status 128 + signal."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        previous = _stop_on_sigterm()
         try:
             return fn(*args, **kwargs)
         except LmprobeError as e:
             print(f"error: {e}", file=sys.stderr)
             sys.exit(2)
+        except KeyboardInterrupt as e:
+            print(interrupted_line(), file=sys.stderr)
+            sys.exit(128 + getattr(e, "signum", signal.SIGINT))
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
 
     return wrapper
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the program is, so that it ends as Ctrl-C does."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum, _frame):
+    raise Terminated(signum)
+
+
+def _stop_on_sigterm():
+    """Turn SIGTERM into ``Terminated`` (main thread only); the previous handler, to restore."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+def interrupted_line() -> str:
+    """What Ctrl-C leaves: the run directory's finished work (caches), and how to resume."""
+    start = "\n" if sys.stderr.isatty() else ""  # off the progress bar's line
+    if not _saved_in:
+        return f"{start}interrupted: nothing was saved yet"
+    return (f"{start}interrupted: the finished stages are saved under {_saved_in[0]} (results, cache); "
+            "the same command resumes from them")

@@ -7,7 +7,7 @@
 
 Library code only creates records: nothing is shown until a program calls ``setup`` (Python's own
 last-resort handler still shows warnings and errors). Results (a front end's summary table) are
-not logged: they go to stdout.
+not logged: they go to stdout. ``Progress`` is progress as log lines, where no terminal shows a bar.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterable
 
 ROOT = "lmprobe"
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
@@ -85,3 +87,68 @@ def setup(verbosity: str = "info", *, is_main: Callable[[], bool] = lambda: True
 def enabled(level: int = logging.INFO) -> bool:
     """Whether lmprobe's records of ``level`` are shown (progress bars follow INFO)."""
     return logging.getLogger(ROOT).isEnabledFor(level)
+
+
+PROGRESS_INTERVAL_S = 30.0  # seconds between two ``Progress`` lines
+
+
+class Progress:
+    """A tqdm-like ``Progress(iterable, desc=, total=)`` that logs (INFO) instead of drawing a bar,
+    for a stderr that is a file or a job log: the stage's start (desc and total), every
+    ``interval`` seconds done/total with the rate and ETA (from a timer thread: a long item is no
+    silence), and the end with the elapsed time. As with tqdm, an item is done when the next one
+    is asked for. ``interval``, ``clock`` and ``logger`` are injectable (tests)."""
+
+    def __init__(self, iterable: Iterable, desc: str = "", total: int | None = None, *, unit: str = "it",
+                 interval: float = PROGRESS_INTERVAL_S, clock: Callable[[], float] = time.monotonic,
+                 logger: logging.Logger | None = None, **_):
+        self.iterable, self.desc, self.unit = iterable, desc or "progress", unit
+        self.total = total if total is not None else getattr(iterable, "__len__", lambda: None)()
+        self.interval, self.clock, self.logger = interval, clock, logger or get("progress")
+        self.done, self.start = 0, None
+
+    def __len__(self) -> int:
+        return self.total
+
+    def __iter__(self):
+        self.done, self.start = 0, self.clock()
+        self.logger.info(f"{self.desc}: {self._count()} started")
+        stop = threading.Event()
+        beat = threading.Thread(target=self._beat, args=(stop,), name=f"progress of {self.desc}", daemon=True)
+        beat.start()
+        try:
+            for item in self.iterable:
+                yield item
+                self.done += 1
+        finally:  # also when the loop is left early: no line after the stage
+            stop.set()
+            beat.join()
+        self.logger.info(f"{self.desc}: {self._count()} done in {duration(self.clock() - self.start)}")
+
+    def _beat(self, stop: threading.Event) -> None:
+        while not stop.wait(self.interval):
+            self.logger.info(f"{self.desc}: {self.status(self.done, self.clock() - self.start)}")
+
+    def _count(self, done: int | None = None) -> str:
+        done = self.done if done is None else done
+        return f"{done}/{self.total}" if self.total is not None else str(done)
+
+    def status(self, done: int, elapsed: float) -> str:
+        """'12/40 (30%) after 1m02s, 5.2 s/it, ETA 2m25s' (no rate or ETA before the first item)."""
+        line = self._count(done) + (f" ({100 * done / self.total:.0f}%)" if self.total else "")
+        line += f" after {duration(elapsed)}"
+        if not done or elapsed <= 0:
+            return line
+        rate = done / elapsed
+        line += f", {rate:.2f} {self.unit}/s" if rate >= 1 else f", {1 / rate:.1f} s/{self.unit}"
+        if self.total is not None and done <= self.total:
+            line += f", ETA {duration((self.total - done) / rate)}"
+        return line
+
+
+def duration(seconds: float) -> str:
+    """'4.2s', '3m05s', '2h07m'."""
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    return f"{minutes}m{secs:02d}s" if minutes < 60 else f"{minutes // 60}h{minutes % 60:02d}m"

@@ -34,9 +34,9 @@ class Loaded(NamedTuple):
 
 def load(name: str, *, dtype=jnp.float32, param_dtype=None, place: Placement | None = None,
          offline: bool | None = None, allow_pickle: bool = False, tokenizer: bool = True,
-         revision: str | None = None) -> Loaded:
+         revision: str | None = None, progress: Callable = lambda it, **_: it) -> Loaded:
     """Resolve ``name`` (path, hub id, alias, GGUF, embedded default; ``revision`` for hub models);
-    build its model and tokenizer."""
+    build its model and tokenizer, the parameters read through ``progress`` (tqdm-like)."""
     from lmprobe.checkpoints.resolve import resolve
 
     ckpt = resolve(name, offline=offline, allow_pickle=allow_pickle, revision=revision)
@@ -46,13 +46,15 @@ def load(name: str, *, dtype=jnp.float32, param_dtype=None, place: Placement | N
             f"model '{name}' ({ckpt.location}) is a {family.name} model, which takes no text and has no "
             "tokenizer: load it with tokenizer=False")
     model, cfg = build(family, ckpt.config, ckpt.tensors, dtype=dtype, param_dtype=param_dtype,
-                       place=place, where=ckpt.location)
+                       place=place, where=ckpt.location, progress=progress, desc=f"{name}: loading weights")
     return Loaded(model, ckpt.tokenizer() if tokenizer else None, family, cfg, ckpt)
 
 
 def build(family: Family, hf_config: dict, tensors, *, dtype=jnp.float32, param_dtype=None,
-          place: Placement | None = None, where: str = "checkpoint"):
-    """Build ``family``'s model from HF config and tensors; returns (model, family config)."""
+          place: Placement | None = None, where: str = "checkpoint", progress: Callable = lambda it, **_: it,
+          desc: str = "loading weights"):
+    """Build ``family``'s model from HF config and tensors, one parameter (stacked over layers) at
+    a time through ``progress`` (tqdm-like); returns (model, family config)."""
     param_dtype = param_dtype or dtype
     cfg = family.config_from_hf(hf_config)
     available = set(tensors.names())
@@ -63,7 +65,8 @@ def build(family: Family, hf_config: dict, tensors, *, dtype=jnp.float32, param_
                                                    rngs=nnx.Rngs(0)))
     graphdef, state = nnx.split(abstract)
     place = place or (lambda array, axes: jnp.asarray(array))
-    for path, var in nnx.to_flat_state(state):
+    flat = list(nnx.to_flat_state(state))
+    for path, var in progress(flat, desc=desc, total=len(flat)):
         key = ".".join(map(str, path))
         want, axes = tuple(var.get_value().shape), tuple(var.get_metadata()["axes"])
         array = _read(family, family.hf_names(key), tensors, available, want, axes, where, param_dtype)

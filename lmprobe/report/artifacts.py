@@ -14,14 +14,26 @@ same branch (computing runs collectives). A saved value is read by every process
 store (gs://), and read by process 0 and broadcast when local (a pod's hosts need not share a
 disk). A fresh value is computed everywhere and written by process 0; then the processes agree
 that the write succeeded (the barrier after it: a failed write fails every process, none hangs).
+A cache entry process 0 cannot decode (a truncated or empty file) is logged, discarded and
+recomputed. ``cache_use`` counts the entries a block read from the cache (the same counts on
+every process); ``Stages`` times a method's stages and says which were served from the cache.
+
+JSON files (``write_json``, ``write_results``, ``write_jsonl``) are strict JSON: NaN and infinities
+are written as null (``strict``); where a value is undefined by construction its writer says why
+in a sibling ``<key>_note`` (``"std_error": null, "std_error_note": "undefined with one trial"``).
+Cache entries (``cached_json``) keep NaN as Python's json writes it: they are lmprobe's own resume
+state, and a resumed run must compute what the first one did.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import datetime
 import hashlib
 import io
 import json
+import math
 import os
 import re
 import tempfile
@@ -31,8 +43,10 @@ from typing import Any
 
 import numpy as np
 
+from lmprobe import log as _logging
 from lmprobe.errors import LmprobeError
 
+log = _logging.get(__name__)
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _MANGLED_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/(?!/)")  # gs:/b/run: a URL that lost a slash
 
@@ -220,22 +234,59 @@ def _mtime(p) -> float:
         return time.time()
 
 
+def strict(value):
+    """``value`` for strict JSON: numpy scalars and arrays as Python values, tuples as lists, and
+    non-finite floats (NaN, inf, as Python or numpy numbers) as None."""
+    if isinstance(value, dict):
+        return {k: strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict(v) for v in value]
+    if isinstance(value, (np.ndarray, np.generic)):
+        return strict(value.tolist())
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def note_undefined(record: dict, reason: str, *keys: str) -> dict:
+    """``record`` with ``<key>_note: reason`` beside each of ``keys`` whose value is, or holds, a
+    non-finite number (written as null): how a writer says why a value is undefined."""
+    for key in keys:
+        if key in record and not _finite(record[key]):
+            record[f"{key}_note"] = reason
+    return record
+
+
+def _finite(value) -> bool:
+    """Whether ``value`` (a number, or dicts / lists / numpy arrays of them) has no NaN or infinity."""
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return all(_finite(v) for v in value)
+    if isinstance(value, (np.ndarray, np.generic)):
+        return _finite(value.tolist())
+    return not isinstance(value, float) or math.isfinite(value)
+
+
+def json_text(data, indent: int | None = 2) -> str:
+    """``data`` as strict JSON text (``strict``: NaN and infinities as null)."""
+    return json.dumps(strict(data), indent=indent, allow_nan=False)
+
+
 def _json_bytes(data) -> bytes:
-    return json.dumps(data, indent=2, default=_jsonable).encode("utf-8")
+    return json_text(data).encode("utf-8")
 
 
-def _jsonable(value):
-    if isinstance(value, np.ndarray):
+def _numpy_value(value):
+    if isinstance(value, (np.ndarray, np.generic)):
         return value.tolist()
-    if isinstance(value, np.generic):
-        return value.item()
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
 
 
 def write_jsonl(path, rows) -> None:
     """One JSON object per line, atomically, by process 0 (lm-eval-harness style samples files)."""
     if _is_main():
-        _write(path, "".join(json.dumps(r, default=_jsonable) + "\n" for r in rows).encode("utf-8"))
+        _write(path, "".join(json_text(r, indent=None) + "\n" for r in rows).encode("utf-8"))
 
 
 def _on_path(path, action: str, fn):
@@ -300,25 +351,98 @@ def cache_key(**parts) -> str:
 _MISSING, _SAVED, _FAILED = 0, 1, 2
 
 
+@dataclasses.dataclass(eq=False)  # blocks are told apart by identity
+class CacheUse:
+    """Cache entries read from the cache (``hits``) and computed (``misses``) in a ``cache_use`` block."""
+
+    hits: int = 0
+    misses: int = 0
+
+    @property
+    def entries(self) -> int:
+        return self.hits + self.misses
+
+    def to_json(self) -> dict:
+        return {"hits": self.hits, "entries": self.entries}
+
+
+_uses: list[CacheUse] = []  # the open cache_use blocks, innermost last
+
+
+@contextlib.contextmanager
+def cache_use(desc: str | None = None):
+    """Count the cache entries (``cached``, ``cached_json``) the block reads and computes (nested
+    blocks count them too); with ``desc``, log how many came from the cache. Every process counts
+    the same: process 0 decides each entry's branch."""
+    use = CacheUse()
+    _uses.append(use)
+    try:
+        yield use
+    finally:
+        _uses.remove(use)
+    if desc and use.hits:
+        log.info(f"{desc}: {use.hits} of {use.entries} cache entries read from the cache")
+
+
+def _count(hit: bool) -> None:
+    for use in _uses:
+        use.hits += hit
+        use.misses += not hit
+
+
+@dataclasses.dataclass
+class Stages:
+    """Wall time (``seconds``) and cache use (``cached``: stage -> {"hits", "entries"}, stages that
+    read any entry from the cache) of a method's stages, for results.json's ``timings_s`` and
+    ``cached_stages``: ``with stages("embedding", desc="minilm-l6: embedding"): ...``."""
+
+    seconds: dict = dataclasses.field(default_factory=dict)
+    cached: dict = dataclasses.field(default_factory=dict)
+
+    @contextlib.contextmanager
+    def __call__(self, name: str, desc: str | None = None):
+        """Time the block as stage ``name``; its cache hits are logged as ``desc`` (default: name)."""
+        start = time.perf_counter()
+        with cache_use(desc or name) as use:
+            yield use
+        self.seconds[name] = time.perf_counter() - start
+        if use.hits:
+            self.cached[name] = use.to_json()
+
+
+def _read_saved(path, decode: Callable[[bytes], Any]) -> tuple[int, bytes | None, Any]:
+    """(_SAVED, bytes, value) of the entry at ``path``; (_MISSING, None, None) when there is none,
+    or when it cannot be decoded (a truncated or empty file: logged and deleted)."""
+    if not exists(path):
+        return _MISSING, None, None
+    data = read_bytes(path)
+    try:
+        return _SAVED, data, decode(data)
+    except Exception as e:  # noqa: BLE001 - whatever the decoder raises, the entry is unusable
+        log.warning(f"cache entry {path} is unreadable ({type(e).__name__}: {e}): discarded, recomputing")
+        _on_path(path, "discard", lambda p: p.unlink(missing_ok=True))
+        return _MISSING, None, None
+
+
 def _cached_bytes(path, compute: Callable[[], Any], encode: Callable[[Any], bytes],
                   decode: Callable[[bytes], Any]):
     """The value saved at ``path`` (decoded), or ``compute()`` saved by process 0. Collective."""
-    state, data, error = _MISSING, None, None
+    state, data, value, error = _MISSING, None, None, None
     if _is_main():
         try:
-            if exists(path):
-                state, data = _SAVED, read_bytes(path)
+            state, data, value = _read_saved(path, decode)
         except Exception as e:  # noqa: BLE001 - shared first, raised below: no process waits forever
             state, error = _FAILED, e
     state = _share(state)  # process 0 decides: every process takes the same branch
     if state == _FAILED:
         raise error if error is not None else LmprobeError(f"process 0 cannot read the cache {path} (see its log)")
+    _count(hit=state == _SAVED)
     if state == _SAVED:
-        if is_remote(path) and data is None:  # an object store: every host reads the same object
-            data = read_bytes(path)
-        elif not is_remote(path):  # a local path may be one host's own disk: process 0's bytes, broadcast
+        if not is_remote(path):  # a local path may be one host's own disk: process 0's bytes, broadcast
             data = _broadcast_bytes(data)
-        return decode(data)
+        elif not _is_main():  # an object store: every host reads the same object
+            data = read_bytes(path)
+        return value if _is_main() else decode(data)
     value = compute()  # on every process: computing runs collectives
     if _is_main():
         try:
@@ -347,5 +471,7 @@ def cached(path, compute: Callable[[], np.ndarray]) -> np.ndarray:
 def cached_json(path, compute: Callable[[], Any], *, encode: Callable[[Any], Any] = lambda v: v,
                 decode: Callable[[Any], Any] = lambda v: v):
     """``decode(json)`` of ``path`` if a previous run saved it, else ``compute()`` saved as
-    JSON ``encode(value)``. Collective in a multi-process run, like ``cached``."""
-    return _cached_bytes(path, compute, lambda v: _json_bytes(encode(v)), lambda data: decode(json.loads(data)))
+    JSON ``encode(value)`` (NaN kept: see the module docstring). Collective in a multi-process
+    run, like ``cached``."""
+    return _cached_bytes(path, compute, lambda v: json.dumps(encode(v), indent=2, default=_numpy_value).encode(),
+                         lambda data: decode(json.loads(data)))

@@ -3,6 +3,7 @@ and the cache's branch that process 0 decides."""
 
 import importlib.util
 import json
+import logging
 import os
 
 import numpy as np
@@ -168,3 +169,86 @@ def test_write_results_writes_nothing_on_other_processes(tmp_path, monkeypatch):
     monkeypatch.setattr(runtime, "is_main", lambda: False)
     artifacts.write_results(tmp_path / "results.json", _results("x", 1))
     assert _files(tmp_path) == []
+
+
+@pytest.fixture
+def records(caplog, monkeypatch):
+    """caplog for lmprobe's records, whether or not a front end set up lmprobe's logging before."""
+    logger = logging.getLogger("lmprobe")
+    monkeypatch.setattr(logger, "propagate", False)
+    logger.addHandler(caplog.handler)
+    with caplog.at_level(logging.INFO, logger="lmprobe"):
+        yield caplog
+    logger.removeHandler(caplog.handler)
+
+
+def _strict_loads(text: str):
+    """json.loads that refuses NaN and infinities, as strict JSON readers do."""
+    return json.loads(text, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+
+
+@pytest.mark.parametrize("name, truncate", [("x.npy", 40), ("x.npy", 0), ("y.json", 5), ("y.json", 0)])
+def test_a_truncated_or_empty_cache_entry_is_discarded_and_recomputed(tmp_path, records, name, truncate):
+    path = tmp_path / "cache" / name
+    fetch = artifacts.cached if name.endswith(".npy") else artifacts.cached_json
+    value = np.arange(64.0) if name.endswith(".npy") else {"scores": list(range(64))}
+    fetch(str(path), lambda: value)
+    path.write_bytes(path.read_bytes()[:truncate])
+    calls = []
+    with artifacts.cache_use() as use:
+        again = fetch(str(path), lambda: calls.append(1) or value)
+    assert calls == [1] and use.misses == 1 and use.hits == 0
+    np.testing.assert_array_equal(again if name.endswith(".npy") else again["scores"],
+                                  value if name.endswith(".npy") else value["scores"])
+    (warning,) = [r.getMessage() for r in records.records if r.levelname == "WARNING"]
+    assert warning.startswith(f"cache entry {path} is unreadable (") and warning.endswith("discarded, recomputing")
+    assert fetch(str(path), lambda: pytest.fail("the rewritten entry was not used")) is not None
+    assert _files(tmp_path) == [f"cache/{name}"]
+
+
+def test_a_corrupt_entry_on_process_0_makes_every_process_recompute(tmp_path, monkeypatch):
+    path = tmp_path / "x.npy"
+    path.write_bytes(b"")  # process 0 finds it unreadable and shares 'missing': the others compute too
+    shared = []
+    real_share = artifacts._share
+    monkeypatch.setattr(artifacts, "_share", lambda value: shared.append(value) or real_share(value))
+    np.testing.assert_array_equal(artifacts.cached(str(path), lambda: np.ones(2)), np.ones(2))
+    assert shared == [artifacts._MISSING]
+
+
+def test_cache_use_counts_hits_and_logs_them_and_stages_record_them(tmp_path, records):
+    path = str(tmp_path / "a.npy")
+    stages = artifacts.Stages({"generation": 1.5})
+    with stages("embedding", "m: embedding") as use:
+        artifacts.cached(path, lambda: np.ones(2))
+    assert use.to_json() == {"hits": 0, "entries": 1} and stages.cached == {}
+    with stages("embedding", "m: embedding") as use:
+        with artifacts.cache_use() as inner:  # nested blocks count too
+            artifacts.cached(path, lambda: pytest.fail("recomputed"))
+        artifacts.cached(str(tmp_path / "b.npy"), lambda: np.zeros(2))
+    assert inner.hits == 1 and use.to_json() == {"hits": 1, "entries": 2}
+    assert stages.cached == {"embedding": {"hits": 1, "entries": 2}} and set(stages.seconds) == {"generation",
+                                                                                                "embedding"}
+    assert "m: embedding: 1 of 2 cache entries read from the cache" in records.messages
+
+
+def test_json_files_are_strict_and_undefined_numbers_are_null(tmp_path):
+    data = {"nan": float("nan"), "inf": float("-inf"), "np": np.float32("nan"), "array": np.array([1.0, np.inf]),
+            "ok": np.int64(3), "nested": [{"x": (np.nan, 2.5)}], "std_error": None,
+            "std_error_note": "undefined with one trial"}
+    artifacts.write_results(tmp_path / "results.json", {**data, "run_info": {"started": "x"}})
+    artifacts.write_json(tmp_path / "plain.json", data)
+    artifacts.write_jsonl(tmp_path / "samples.jsonl", [data, {"score": np.float64("nan")}])
+    expected = {"nan": None, "inf": None, "np": None, "array": [1.0, None], "ok": 3, "nested": [{"x": [None, 2.5]}],
+                "std_error": None, "std_error_note": "undefined with one trial"}
+    assert _strict_loads((tmp_path / "results.json").read_text()) == {**expected, "run_info": {"started": "x"}}
+    assert _strict_loads((tmp_path / "plain.json").read_text()) == expected
+    rows = [_strict_loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+    assert rows == [expected, {"score": None}]
+
+
+def test_cache_entries_keep_nan_so_a_resumed_run_computes_what_the_first_did(tmp_path):
+    path = str(tmp_path / "c.json")
+    artifacts.cached_json(path, lambda: {"gap": float("nan")})
+    again = artifacts.cached_json(path, lambda: pytest.fail("recomputed"))
+    assert np.isnan(again["gap"])

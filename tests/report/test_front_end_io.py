@@ -2,6 +2,10 @@
 before any model work."""
 
 import importlib.util
+import os
+import signal
+import subprocess
+import sys
 
 import jax.numpy as jnp
 import pytest
@@ -28,8 +32,8 @@ def test_only_process_0_prints_and_shows_progress(monkeypatch, capsys):
     assert list(cli.progress(range(3), desc="bar")) == [0, 1, 2]
     monkeypatch.setattr(runtime, "is_main", lambda: False)
     cli.say("from process 1")
-    bar = cli.progress(range(3), desc="quiet")
-    assert list(bar) == [0, 1, 2] and bar.disable
+    numbers = range(3)
+    assert cli.progress(numbers, desc="quiet") is numbers  # the bare iteration
     out, err = capsys.readouterr()
     assert "from process 0" in out and "from process 1" not in out and "quiet" not in err
 
@@ -44,3 +48,39 @@ def test_a_gs_output_dir_without_a_backend_fails_before_any_model_loads(tmp_path
     err = capsys.readouterr().err
     assert stop.value.code == 2 and "gs://bucket/run" in err and "gcsfs" in err and len(err.splitlines()) == 1
     assert list(tmp_path.iterdir()) == []  # no ./gs:/bucket/run
+
+
+def test_ctrl_c_ends_with_one_line_naming_the_saved_run_and_status_130(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(cli, "_saved_in", [])
+
+    @cli.main_guard
+    def main(out):
+        if out:
+            cli.output_dir(out)
+        raise KeyboardInterrupt
+
+    with pytest.raises(SystemExit) as stop:
+        main(None)
+    assert stop.value.code == 130 and capsys.readouterr().err == "interrupted: nothing was saved yet\n"
+    with pytest.raises(SystemExit) as stop:
+        main(str(tmp_path / "run"))
+    err = capsys.readouterr().err
+    assert stop.value.code == 130 and len(err.splitlines()) == 1
+    assert str(tmp_path / "run") in err and "the same command resumes" in err
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_in_a_front_end_process_prints_no_traceback(tmp_path, sig):
+    """Ctrl-C, and SIGTERM (a pod's preemption), end with the one line and status 128 + signal."""
+    script = ("import os, signal, time\n"
+              "from experiments import cli\n"
+              "@cli.main_guard\n"
+              "def main():\n"
+              f"    cli.output_dir({str(tmp_path)!r})\n"
+              f"    os.kill(os.getpid(), signal.{sig})\n"
+              "    time.sleep(60)\n"
+              "main()\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    assert done.returncode == 128 + getattr(signal, sig) and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [done.stderr.strip()] and str(tmp_path) in done.stderr
