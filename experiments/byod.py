@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from experiments import cli
+from experiments import cli, flags
 from experiments.cli import load_scorer, log, main_guard, output_dir, progress, say
 from lmprobe.data.corpus import load_corpus
 from lmprobe.data.profanity import load_profanity
@@ -31,6 +31,7 @@ from lmprobe.errors import LmprobeError
 from lmprobe.methods import byod
 from lmprobe.report.artifacts import join, write_jsonl
 from lmprobe.report.radar import radar
+from lmprobe.report.text import estimate, number, plural
 
 DEFAULT_BENIGN = "wordnet-examples"
 
@@ -51,7 +52,7 @@ class FrontEnd:
 
 def build_parser():
     p = cli.parser(__doc__, "byod")
-    cli.front_end(p, FrontEnd)
+    cli.front_end(p, FrontEnd, convert={"max_documents": flags.bounded(1)})
     return p, cli.method(p, byod.Config, choices={"metrics": byod.METRICS})
 
 
@@ -67,9 +68,7 @@ def _cell(metric: dict) -> str:
         return "error"
     if metric.get("score") is None:
         return f"n=0 ({sum(metric.get('skipped', {}).values())} skipped)"
-    se = metric.get("stderr")
-    score = f"{metric['score']:.4f}"
-    return f"{score} ± {se:.4f} ({metric['n']})" if se is not None else f"{score} ({metric['n']})"
+    return f"{estimate(metric['score'], metric.get('stderr'), '.4f', ' ± ')} ({metric['n']})"
 
 
 def summary(models: dict[str, dict], metrics) -> str:
@@ -83,7 +82,7 @@ def summary(models: dict[str, dict], metrics) -> str:
         rows.append((name, [_cell(r[name]) for r in models.values()]))
         for extra in extras.get(name, ()):
             cells = [r[name].get(extra) for r in models.values()]
-            rows.append(("  " + extra, ["-" if c is None else f"{c:.4f}" for c in cells]))
+            rows.append(("  " + extra, [number(c, ".4f") for c in cells]))
         first = next((r[name]["ablation"] for r in models.values() if r[name].get("ablation")), [])
         for i, entry in enumerate(first):  # ablation rows: "  k=1", "  trigger_count=3", ...
             param = next(iter(entry))
@@ -112,6 +111,7 @@ def main(argv=None):
     args = run.parse(p)
     config = method.make(args)
     config.check()  # bad settings and inputs fail before any model loads
+    cli.require_kind(args, args.model, "byod", byod.KINDS)  # so does an encoder (its config alone is read)
     corpus = load_corpus(args.corpus, column=args.column, split=args.split, max_documents=args.max_documents)
     if not corpus.sentences:
         raise LmprobeError(f"corpus {corpus.name!r} has no sentences: pass a text corpus with --corpus")
@@ -122,9 +122,10 @@ def main(argv=None):
     # a list that cannot be read fails the toxicity metric only (reported in results.json)
     profanity = _or_error(load_profanity, args.profanity) if "toxicity" in config.metrics else None
     out = output_dir(args.output_dir)  # before any model work: a directory we cannot write fails now
-    log.info(f"corpus {corpus.name}: {len(corpus.paragraphs)} paragraphs, {len(corpus.sentences)} sentences"
-             + (f"; benign {benign.name}: {len(benign.sentences)} sentences" if benign else "")
-             + (f"; profanity list {profanity.source}: {len(profanity.words)} entries"
+    log.info(f"corpus {corpus.name}: {plural(len(corpus.paragraphs), 'paragraph')}, "
+             f"{plural(len(corpus.sentences), 'sentence')}"
+             + (f"; benign {benign.name}: {plural(len(benign.sentences), 'sentence')}" if benign else "")
+             + (f"; profanity list {profanity.source}: {plural(len(profanity.words), 'entry', 'entries')}"
                 if profanity is not None and not isinstance(profanity, LmprobeError) else ""))
     log.info("examples per metric: " + ", ".join(f"{name} {config.limit(name) or 'all'}" for name in config.metrics))
 
@@ -132,23 +133,28 @@ def main(argv=None):
                                             "sentences": len(corpus.sentences)},
                "config": dataclasses.asdict(config),
                "examples": {name: config.limit(name) for name in config.metrics},  # per metric (null: all)
-               "models": {}, "timings_s": {}}
+               "models": {}, "timings_s": {}, "cached_stages": {}}
     samples = []
     for name in args.model:
         scorer = run.loaded(name, load_scorer(args, name))
         result = byod.run(scorer, corpus, config, model_name=name, benign=benign, profanity=profanity,
                           cache_dir=join(out, "cache"),
-                          progress=lambda it, desc, name=name: progress(it, desc=f"{name}: {desc}"))
+                          progress=lambda it, desc, name=name, **kw: progress(it, desc=f"{name}: {desc}", **kw))
         results["models"][name] = result.to_json()
         results["timings_s"][name] = result.timings
+        results["cached_stages"][name] = result.cached
         samples += list(result.samples())
         run.write(join(out, "results.json"), results)  # after every model
         write_jsonl(join(out, "samples.jsonl"), samples)
         for line in _skips(name, results["models"][name]):
             log.warning(line)
-    radar(results["models"], join(out, "radar.png"))
+    if not radar(results["models"], join(out, "radar.png"), title=f"BYOD sensitivity scores on {corpus.name}"):
+        log.warning("no radar drawn: no model has a score on any of its axes (toxicity, negation, long_range, "
+                    "word_order, tokenization)")
     say("\n== BYOD (score ± stderr (n); word order: median)")
     say(summary(results["models"], config.metrics))
+    if not any(m.get("score") is not None for r in results["models"].values() for m in r.values()):
+        raise LmprobeError(f"no metric has a score for any model (the warnings above say why); results in {out}")
     say(f"\nresults in {out}")
 
 

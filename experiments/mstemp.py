@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from experiments import cli
+from experiments import cli, flags
 from experiments.cli import load_scorer, log, main_guard, output_dir, progress, say
 from lmprobe.data.labelled import DEFAULT, evaluation_split, load_labelled
 from lmprobe.errors import LmprobeError
@@ -35,6 +35,7 @@ from lmprobe.methods.mstemp import filter as semantic_filter
 from lmprobe.methods.mstemp import templates
 from lmprobe.methods.mstemp.adversarial import ALIASES, ATTACKS
 from lmprobe.report.artifacts import join, write_jsonl
+from lmprobe.report.text import estimate, number, plural, timings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,21 +55,22 @@ class FrontEnd:
 
 def build_parser():
     p = cli.parser(__doc__, "mstemp")
-    cli.front_end(p, FrontEnd)
+    cli.front_end(p, FrontEnd, convert={"max_examples": flags.bounded(1)})
     return p, cli.method(p, mstemp.Config, choices={
         "attack": (*ATTACKS, *ALIASES), "tagger": ("auto", "nltk", "wordnet"), "slot_kinds": templates.SLOT_KINDS})
 
 
 def _summary(result: dict, rows: list[dict]) -> str:
-    lines = [f"== MSTemp: {result['target']} on {result['n_seed']} seeds ({result['dataset'][:60]})",
-             f"classifier: {result['classifier']}",
-             f"fair (the {result['contributing_seeds']} seeds with generated samples; one sample per seed per draw): "
-             f"baseline accuracy {result['fair_baseline_accuracy']:.3f}   generated "
-             f"{result['fair_generated_accuracy']:.3f}   drop {result['fair_drop']:+.3f} "
-             f"({100 * result['fair_relative_drop']:.1f}%)",
-             f"all seeds (selection-biased, as before): baseline accuracy {result['baseline_accuracy']:.3f}   "
-             f"generated {result['generated_accuracy']:.3f}   drop {result['drop']:+.3f} "
-             f"({100 * result['relative_drop']:.1f}%)"]
+    r = result
+    lines = [f"== MSTemp: {r['target']} on {plural(r['n_seed'], 'seed')} ({r['dataset'][:60]})",
+             f"classifier: {r['classifier']}",
+             f"fair (the {plural(r['contributing_seeds'], 'seed')} with generated samples; one sample per seed per "
+             f"draw): baseline accuracy {number(r['fair_baseline_accuracy'])}   generated "
+             f"{number(r['fair_generated_accuracy'])}   drop {number(r['fair_drop'], '+.3f')} "
+             f"({number(r['fair_relative_drop'], '.1%')})",
+             f"all seeds (selection-biased, as before): baseline accuracy {number(r['baseline_accuracy'])}   "
+             f"generated {number(r['generated_accuracy'])}   drop {number(r['drop'], '+.3f')} "
+             f"({number(r['relative_drop'], '.1%')})"]
     if "attack" in result:
         a = result["attack"]
         lines.append(f"attack {a['attack']}: {a['flipped']} of {a['attacked']} correctly classified samples flipped "
@@ -76,13 +78,14 @@ def _summary(result: dict, rows: list[dict]) -> str:
     lines.append(f"{'evaluator':<28} {'seeds':>6} {'base':>6} {'fair acc':>14} {'all-seed acc':>14} "
                  f"{'samples':>8} {'accept':>7} {'no tmpl':>8}")
     for name, e in result["per_evaluator"].items():
-        lines.append(f"{name:<28} {e['contributing_seeds']:>6} {e['baseline_accuracy_contributing']:>6.3f} "
-                     f"{e['accuracy_stratified']:>7.3f}±{e['accuracy_stratified_std']:.3f} "
-                     f"{e['accuracy']:>7.3f}±{e['accuracy_std']:.3f} {e['samples']:>8} "
+        lines.append(f"{name:<28} {e['contributing_seeds']:>6} {number(e['baseline_accuracy_contributing']):>6} "
+                     f"{estimate(e['accuracy_stratified'], e['accuracy_stratified_std']):>14} "
+                     f"{estimate(e['accuracy'], e['accuracy_std']):>14} {e['samples']:>8} "
                      f"{e['acceptance_rate']:>7.2f} {e['seeds_without_template']:>8}")
-    for r in rows[:3]:
-        lines.append(f"  [{r['label_name']}] {r['seed'][:50]!r} -> {r['template'][:50]!r} -> {r['sample'][:60]!r}")
-    lines.append("time: " + ", ".join(f"{k} {v:.1f} s" for k, v in result["timings_s"].items()))
+    for row in rows[:3]:
+        lines.append(f"  [{row['label_name']}] {row['seed'][:50]!r} -> {row['template'][:50]!r} -> "
+                     f"{row['sample'][:60]!r}")
+    lines.append("time: " + timings(result["timings_s"], result.get("cached_stages")))
     return "\n".join(lines)
 
 
@@ -93,15 +96,16 @@ def main(argv=None):
     args = run.parse(p)
     config = method.make(args)
     config.check()
+    cli.require_kind(args, args.evaluator, "mstemp's evaluators (--evaluator)", mstemp.EVALUATOR_KINDS)
     data = load_labelled(args.dataset, text_column=args.text_column, label_column=args.label_column,
                          split=evaluation_split(args.dataset, args.split),
                          max_examples=args.max_examples, seed=args.seed)
     mstemp.check_data(data)
     if config.label_names and len(config.label_names) != len(data.label_names):
-        raise LmprobeError(f"--label_names gives {len(config.label_names)} names for "
-                           f"{len(data.label_names)} classes {list(data.label_names)}")
+        raise LmprobeError(f"--label_names gives {plural(len(config.label_names), 'name')} for "
+                           f"{plural(len(data.label_names), 'class', 'classes')} {list(data.label_names)}")
     out = output_dir(args.output_dir)  # before any model work: a directory we cannot write fails now
-    log.info(f"{len(data)} seeds from {data.source}; classes {list(data.label_names)}")
+    log.info(f"{plural(len(data), 'seed')} from {data.source}; classes {list(data.label_names)}")
     if not config.label_names and all(n.isdigit() for n in data.label_names):
         log.warning("the classes are numbers; a decoder target scores these words zero-shot: "
                     "give --label_names=negative,positive (in class order) for meaningful prompts")
@@ -119,6 +123,9 @@ def main(argv=None):
     run.write(join(out, "results.json"), result)
     write_jsonl(join(out, "samples.jsonl"), rows)
     say(_summary(result, rows))
+    if not rows:
+        raise LmprobeError(f"no evaluator gave a generated sample (see the counts above), so there is no accuracy "
+                           f"drop: lower --tau, raise --n_templates, or try another evaluator; results in {out}")
     say(f"\nresults in {out}")
 
 

@@ -64,7 +64,7 @@ def _from_config(path: str):
 def build_parser():
     import dataclasses
 
-    from experiments import cli
+    from experiments import cli, flags
 
     @dataclasses.dataclass(frozen=True)
     class FrontEnd:
@@ -78,7 +78,7 @@ def build_parser():
         json: str | None = None  # also write the plan as JSON to this file
 
     p = cli.parser(__doc__, "plan")
-    cli.front_end(p, FrontEnd)
+    cli.front_end(p, FrontEnd, convert={"max_tokens": flags.bounded(1), "buckets": flags.bounded(1)})
     return p
 
 

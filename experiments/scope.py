@@ -34,14 +34,16 @@ from __future__ import annotations
 
 import dataclasses
 
-from experiments import cli
+from experiments import cli, flags
 from experiments.cli import log, main_guard, output_dir, progress, say
 from lmprobe.data.labelled import DEFAULT, evaluation_split, load_labelled, named_dataset
 from lmprobe.errors import LmprobeError
 from lmprobe.methods.scope import capabilities, metrics, models, training, variants
 from lmprobe.methods.scope import run as scope_run
+from lmprobe.models import CAUSAL_LM
 from lmprobe.report import scope_plots
 from lmprobe.report.artifacts import join, write_jsonl
+from lmprobe.report.text import estimate, number, plural
 
 DEFAULT_REFERENCE = "smollm2-135m"
 DEFAULT_TARGETS = ("smollm2-135m@bf16", "smollm2-135m@int8", "smollm2-135m@drop-layer=15")
@@ -73,7 +75,8 @@ class FrontEnd:
 def build_parser():
     p = cli.parser(__doc__, "scope")
     cli.front_end(p, FrontEnd, aliases={"reference": "--model"},
-                  choices={"head": ("auto", "finetune", "probe", "zero-shot", "checkpoint")})
+                  choices={"head": ("auto", "finetune", "probe", "zero-shot", "checkpoint")},
+                  convert=dict.fromkeys(("max_examples", "max_train", "samples"), flags.bounded(1)))
     method = cli.method(p, scope_run.Config, aliases={"n_bootstrap": "--bootstrap"},
                         choices={"capability": tuple(capabilities.CAPABILITIES), "task": scope_run.TASKS,
                                  "objective": ("l1", "kl")})
@@ -131,7 +134,8 @@ class _Models:
         train_fn = training.finetune if head == "finetune" else training.linear_probe
         kw = {"progress": progress} if head == "finetune" else {}
         model, losses = train_fn(scorer, self.train.texts, self.train.labels, names, config=config, name=name, **kw)
-        log.info(f"{name}: {head} on {len(self.train)} examples, epoch losses " + ", ".join(f"{l:.4f}" for l in losses))
+        log.info(f"{name}: {head} on {plural(len(self.train), 'example')}, epoch losses "
+                 + ", ".join(f"{l:.4f}" for l in losses))
         return model
 
 
@@ -140,16 +144,16 @@ def _summary(result: dict) -> str:
     the 95% bootstrap interval and the pairs each metric counts (OOD agreement: every pair;
     Hard-/Soft-SCoPE: the reference-invariant ones, App. E.1)."""
     rows = [f"== SCoPE: reference {result['reference']}, capability {result['capability']}, task "
-            f"{result['task']}: {result['n_perturbed']}/{result['n_examples']} examples perturbed, "
-            f"{result['n_invariant']} with an argmax-invariant perturbation ({result['n_pairs']} pairs, "
+            f"{result['task']}: {result['n_perturbed']}/{plural(result['n_examples'], 'example')} perturbed, "
+            f"{result['n_invariant']} with an argmax-invariant perturbation ({plural(result['n_pairs'], 'pair')}, "
             f"{result['n_invariant_pairs']} invariant; skipped {result['skipped'] or 'none'}); search "
             f"{result['search']['seconds']:.1f} s, "
             f"{result['search']['seconds_per_perturbed_sample']:.3f} s per sample",
             "mean +- standard error over trials [95% bootstrap interval] (pairs counted)",
             f"{'target':<32}" + "".join(f"{scope_plots.LABELS[m]:>31}" for m in metrics.METRICS)]
     for name, row in result["targets"].items():
-        cells = (f"{row[m]:.3f}+-{row['std_error'][m]:.3f} [{row['intervals'][m][0]:.2f},"
-                 f"{row['intervals'][m][1]:.2f}] ({row['counts'][m]['pairs']})" for m in metrics.METRICS)
+        cells = (f"{estimate(row[m], row['std_error'][m], sep='+-')} [{number(row['intervals'][m][0], '.2f')},"
+                 f"{number(row['intervals'][m][1], '.2f')}] ({row['counts'][m]['pairs']})" for m in metrics.METRICS)
         rows.append(f"{name:<32}" + "".join(cell.rjust(31) for cell in cells))
     return "\n".join(rows)
 
@@ -165,6 +169,9 @@ def main(argv=None):
     train_flags.make(args, learning_rate=args.learning_rate or 1e-2).check()
     for name in [args.reference, *targets]:
         variants.split_name(name.split(":", 1)[-1])  # bad variant names fail before loading
+    if args.task == "lm" or args.head == "zero-shot":  # next-token outputs: causal LMs only, refused before loading
+        cli.require_kind(args, [n for n in (args.reference, *targets) if not n.startswith("blackbox:")],
+                         "scope --task=lm" if args.task == "lm" else "scope --head=zero-shot", (CAUSAL_LM,))
     train, test = _data(args)
     out = output_dir(args.output_dir)  # before any model work: a directory we cannot write fails now
     log.info(f"dataset {test.source}: {len(train)} training, {len(test)} base examples, "

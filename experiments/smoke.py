@@ -16,6 +16,7 @@ from flax import nnx
 
 from experiments import cli
 from experiments.cli import main_guard, say
+from lmprobe.models import CAUSAL_LM
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +59,7 @@ def mean_pooled(loaded, texts: list[str]) -> np.ndarray:
 @main_guard
 def main(argv=None):
     args = cli.parse(build_parser(), argv)
-
+    cli.require_kind(args, [args.model], "smoke --model", (CAUSAL_LM,))
     lm, lm_s = _timed_load(args.model, args)
     nll, n = sentence_nll(lm, args.text)
     say(f"{args.model}: {lm.family.name}, loaded in {lm_s:.1f} s; "

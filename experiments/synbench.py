@@ -29,13 +29,14 @@ import importlib
 import math
 import os
 
-from experiments import cli
+from experiments import cli, flags
 from experiments.cli import load_scorer, main_guard, output_dir, progress, say
 from lmprobe.data import gaussian
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import robust_probe, synbench
 from lmprobe.report import plots
 from lmprobe.report.artifacts import join
+from lmprobe.report.text import plural, timings
 
 DEFAULT_MODEL = "identity"
 FUNCTION_INPUT_SHAPE = (64,)  # d for identity / random_projection / custom functions (n >> d: score ~ 1)
@@ -51,7 +52,7 @@ def _norm(text: str) -> float:
 
 
 def _dims(text: str) -> list[int]:
-    return [int(v) for v in text.split("x")]
+    return [flags.bounded(1)(v) for v in text.split("x")]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +71,9 @@ class FrontEnd:
 
 def build_parser():
     p = cli.parser(__doc__, "synbench")
-    cli.front_end(p, FrontEnd, convert={"input_shape": _dims})
+    cli.front_end(p, FrontEnd, convert={"input_shape": _dims, "projection_dim": flags.bounded(1),
+                                        "seq_len": flags.bounded(1),
+                                        "input_scale": flags.bounded(0, base=float, strict=True)})
     method = cli.method(p, synbench.Config, aliases={"epsilons": "--eps"},
                         convert={"scales": _scale, "norm": _norm},
                         choices={"covariance": gaussian.COVARIANCES, "probe_attack": robust_probe.ATTACKS})
@@ -131,13 +134,13 @@ def summary(result: dict) -> str:
     for a in result["config"]["a_t"]:
         rows.append(f"{a:>5.2f} " + " ".join(f"{table[(a, e)]:>9.3f}" for e in eps)
                     + f" {result['argmax_eps'][str(a)]:>11g}")
-    timings = ", ".join(f"{k} {v:.1f} s" for k, v in result["timings_s"].items())
+    took = timings(result["timings_s"], result.get("cached_stages"))
     cfg = result["config"]
     title = (f"== {result['model']}: SynBench-Score (representation dim {rep['dim']}, input "
-             f"{tuple(rep['input_shape'])}, {len(cfg['scales'])} scales x {cfg['n']} train + test, "
+             f"{tuple(rep['input_shape'])}, {plural(len(cfg['scales']), 'scale')} x {cfg['n']} train + test, "
              f"{cfg['covariance']} covariance, tau = {cfg['prior']}, l{cfg['norm']:g} "
              f"{'relative' if cfg['relative_epsilon'] else 'absolute'} eps)")
-    return "\n".join([title, *rows, *probe_summary(result), *baseline_summary(result), f"time: {timings}"])
+    return "\n".join([title, *rows, *probe_summary(result), *baseline_summary(result), f"time: {took}"])
 
 
 def probe_summary(result: dict) -> list[str]:

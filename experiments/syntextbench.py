@@ -1,7 +1,7 @@
 """SynTextBench: robustness-accuracy of sentence embeddings on synthetic sentiment tasks.
 
     python -m experiments.syntextbench [--model=NAME[,NAME...]] [--n=8192 --a_t=0.7 --lexicon=sentiwordnet
-                                        --output_dir=runs/syntextbench --seed=0 --trials=3]
+                                        --output_dir=runs/syntextbench --seed=0 --trials=1]
     lmprobe syntextbench --model=minilm-l6 --model=smollm2-135m --levels=0,0.2,0.4 --no_baselines
     lmprobe syntextbench --config=syntextbench.yaml --n=4096
 
@@ -30,8 +30,10 @@ from lmprobe.data import corpus, sentence_stats
 from lmprobe.data.stopwords import STOP_WORDS
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import syntextbench
+from lmprobe.models import CAUSAL_LM
 from lmprobe.report import plots
 from lmprobe.report.artifacts import join, write_json
+from lmprobe.report.text import number, plural, timings
 
 DEFAULT_MODEL = "minilm-l6"
 
@@ -56,16 +58,26 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", os.path.basename(name.rstrip("/")) or name)
 
 
+LEVEL_COLUMNS = ("p", "accuracy", "margin", "feasibility", "icl_accuracy", "label_word_fraction")  # results.json keys
+LEGEND = ("feasibility: the lexicon rule's accuracy (A.4); icl_accuracy: in-context accuracy (decoders); "
+          "label_word_fraction: share of class words per sentence (Fig. 3)")
+
+
+def _level_rows(levels: list[dict]) -> list[str]:
+    """The per-level table, each column headed by its key in results.json's ``levels``."""
+    widths = [max(len(c), 5) for c in LEVEL_COLUMNS]
+    rows = [" ".join(f"{c:>{w}}" for c, w in zip(LEVEL_COLUMNS, widths))]
+    for level in levels:
+        rows.append(" ".join(f"{number(level.get(c), '.2f' if c == 'p' else '.3f'):>{w}}"
+                             for c, w in zip(LEVEL_COLUMNS, widths)))
+    return rows
+
+
 def _summary(result: dict) -> str:
-    rows = [f"{'p':>5} {'accuracy':>9} {'margin':>7} {'lexicon rule':>13} {'in-context':>11} {'class words':>12}"]
-    for level in result["levels"]:
-        icl = f"{level['icl_accuracy']:>11.3f}" if "icl_accuracy" in level else f"{'-':>11}"
-        words = f"{level['label_word_fraction']:>12.3f}" if "label_word_fraction" in level else f"{'-':>12}"
-        rows.append(f"{level['p']:>5.2f} {level['accuracy']:>9.3f} {level['margin']:>7.3f} "
-                    f"{level['feasibility']:>13.3f} {icl} {words}")
+    rows = _level_rows(result["levels"])
     base = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                      for k, v in result["baselines"].items())
-    timings = ", ".join(f"{k} {v:.1f} s" for k, v in result["timings_s"].items())
+    took = timings(result["timings_s"], result.get("cached_stages"))
     sweep = ", ".join(f"{a}: {v:.4f}" for a, v in result["scores_by_a_t"].items())
     head = f"== {result['model']}: SynTextBench score {result['score']:.4f}"
     if result.get("sets", "lm-free") != "lm-free":
@@ -75,8 +87,9 @@ def _summary(result: dict) -> str:
         head += f" +- {t['score']['std']:.4f} (mean +- std of {t['trials']} trials, seeds {t['seeds']})"
         sweep = ", ".join(f"{a}: {v['mean']:.4f}" for a, v in t["scores_by_a_t"].items())
     icl_mean = f"; mean in-context accuracy {result['icl_accuracy_mean']:.3f}" if result["icl_accuracy_mean"] else ""
-    return "\n".join([f"{head} (a_T = {result['a_t']}, n = {result['n']})", *rows,
-                      f"score by a_T: {sweep}{icl_mean}", f"baselines: {base or 'off'}", f"time: {timings}"])
+    sizes = f"n = {result['n']}: {result['n_train']} train + {result['n_test']} test sentences per level"
+    return "\n".join([f"{head} (a_T = {result['a_t']}, {sizes})", *rows, LEGEND,
+                      f"score by a_T: {sweep}{icl_mean}", f"baselines: {base or 'off'}", f"time: {took}"])
 
 
 def _paper_figures(config, lm_free, generated, run_dir: str, *, lengths: bool) -> None:
@@ -119,9 +132,11 @@ def main(argv=None):
     configs = syntextbench.trial_configs(config, args.trials)
     trial_tasks = [syntextbench.build_tasks(c) for c in configs]  # bad settings and lexicons fail before any model
     lists = trial_tasks[0].lists
+    if config.generator:  # A.2 constrains a causal LM's decoding
+        cli.require_kind(args, [config.generator], "syntextbench --generator (A.2)", (CAUSAL_LM,))
     run_dir = output_dir(args.output_dir)  # before any model work: a directory we cannot write fails now
     log.info(f"lexicon {config.lexicon}: {len(lists.positive)} positive, {len(lists.negative)} negative, "
-             f"{len(lists.neutral)} neutral words; {len(config.levels)} levels x {config.n} sentences")
+             f"{len(lists.neutral)} neutral words; {plural(len(config.levels), 'level')} x {config.n} sentences")
 
     lm_free = trial_tasks
     names = list(args.model)

@@ -25,13 +25,15 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from experiments import cli
+from experiments import cli, flags
 from experiments.cli import load_scorer, log, main_guard, output_dir, say
 from lmprobe.engine import Scorer
 from lmprobe.engine.batching import bucket_length
 from lmprobe.engine.mesh import DATA
 from lmprobe.errors import LmprobeError
+from lmprobe.models import CAUSAL_LM
 from lmprobe.report import artifacts
+from lmprobe.report.text import plural
 
 # Advertised dense (no sparsity) bf16 peak per device, TFLOP/s, by jax.devices()[0].device_kind
 # ('NVIDIA H100 80GB HBM3', 'NVIDIA H100 PCIe', 'NVIDIA A100-SXM4-80GB', 'TPU v4', 'TPU v5 lite',
@@ -101,10 +103,10 @@ def peak_gflops(dtype, repeats: int) -> tuple[float, str]:
     per_device = bf16_peak_tflops(device.device_kind)
     if per_device is None:
         measured = matmul_peak(dtype, repeats)
-        return (measured * jax.device_count(), f"measured matmul peak x {jax.device_count()} devices "
+        return (measured * jax.device_count(), f"measured matmul peak x {plural(jax.device_count(), 'device')} "
                 f"({device.device_kind!r} is not in the table of advertised peaks)")
     return (per_device * 1e3 * jax.device_count(),
-            f"advertised bf16 peak {per_device:g} TFLOP/s x {jax.device_count()} devices")
+            f"advertised bf16 peak {per_device:g} TFLOP/s x {plural(jax.device_count(), 'device')}")
 
 
 def bench_forward(scorer: Scorer, batch: int, length: int, repeats: int, rng) -> dict:
@@ -170,9 +172,12 @@ def torch_generate(model, batch, prompt, new, repeats, rng) -> dict:
 def _shape(text: str) -> tuple[int, ...]:
     """'16x128' -> (16, 128)."""
     try:
-        return tuple(int(x) for x in text.split("x"))
+        shape = tuple(int(x) for x in text.split("x"))
     except ValueError:
-        raise LmprobeError(f"shape {text!r}: write it as numbers joined by x, such as 16x128") from None
+        shape = ()
+    if not shape or min(shape) < 1:
+        raise LmprobeError(f"shape {text!r}: write it as positive integers joined by x, such as 16x128")
+    return shape
 
 
 def _checked(text: str) -> str:
@@ -193,7 +198,7 @@ class FrontEnd:
 
 def build_parser():
     p = cli.parser(__doc__, "throughput")
-    cli.front_end(p, FrontEnd, convert={"forward": _checked, "generation": _checked},
+    cli.front_end(p, FrontEnd, convert={"forward": _checked, "generation": _checked, "repeats": flags.bounded(1)},
                   choices={"torch": ("auto", "off")})
     return p
 
@@ -202,6 +207,7 @@ def build_parser():
 def main(argv=None):
     run = cli.Run(argv)
     args = run.parse(build_parser())
+    cli.require_kind(args, [args.model], "throughput", (CAUSAL_LM,))
     out = output_dir(args.output_dir)
     dtype = cli.dtype(args)
     rng = np.random.default_rng(args.seed)

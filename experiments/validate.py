@@ -33,7 +33,7 @@ import time
 
 import numpy as np
 
-from experiments import cli
+from experiments import cli, flags
 from experiments.cli import log, main_guard, output_dir, progress, say
 from lmprobe.data import corpus as corpus_lib
 from lmprobe.data.labelled import load_labelled
@@ -42,6 +42,7 @@ from lmprobe.methods import byod, model_key, realtask, synbench, syntextbench
 from lmprobe.methods.scope import variants
 from lmprobe.report import correlation, plots
 from lmprobe.report.artifacts import cache_key, cached_json, join
+from lmprobe.report.text import number, plural
 
 PROXIES = ("syntextbench", "synbench", "byod")
 TASKS = ("probes", "zero_shot", "prose")  # zero_shot and prose: decoders only
@@ -73,7 +74,11 @@ class FrontEnd:
 
 def build_parser():
     p = cli.parser(__doc__, "validate")
-    cli.front_end(p, FrontEnd)
+    counts = ("byod_examples", "probe_train", "probe_test", "zero_shot_examples", "prose_texts", "prose_chars",
+              "bootstrap")
+    cli.front_end(p, FrontEnd, convert={**dict.fromkeys(counts, flags.bounded(1)), "synbench_n": flags.bounded(8),
+                                        "synbench_scales": flags.bounded(0, base=float, strict=True),
+                                        "tweets_min_confidence": flags.bounded(0, 1, base=float)})
     return p
 
 
@@ -217,10 +222,6 @@ def correlate(records: list[dict], args) -> dict:
     return out
 
 
-def _fmt(value, digits=3) -> str:
-    return "-" if value is None or (isinstance(value, float) and not np.isfinite(value)) else f"{value:.{digits}f}"
-
-
 def summary(records: list[dict], correlations: dict) -> str:
     lines = []
     for group, table in correlations.items():
@@ -228,17 +229,19 @@ def summary(records: list[dict], correlations: dict) -> str:
         names = list(dict.fromkeys(k for r in rows for k in r["numbers"]))
         lines.append(f"== {group}: per-model numbers")
         lines.append("model".ljust(34) + " ".join(n[:14].rjust(14) for n in names))
-        lines += [r["model"][:34].ljust(34) + " ".join(_fmt(r["numbers"].get(n), 4).rjust(14) for n in names)
+        lines += [r["model"][:34].ljust(34) + " ".join(number(r["numbers"].get(n), ".4f").rjust(14) for n in names)
                   for r in rows]
-        lines.append(f"== {group}: proxy vs real task ({len(rows)} models; Spearman / Kendall, 95% bootstrap CI)")
+        lines.append(f"== {group}: proxy vs real task ({plural(len(rows), 'model')}; Spearman / Kendall, "
+                     "95% bootstrap CI)")
         for row in table["rows"]:
             rho, tau = row["spearman"], row["kendall"]
             if rho.get("estimate") is None:
                 lines.append(f"{row['proxy']:<22} {row['task']:<26} n={row['n']}: {row.get('note', '-')}")
                 continue
-            lines.append(f"{row['proxy']:<22} {row['task']:<26} n={row['n']}  rho {_fmt(rho['estimate'], 2)} "
-                         f"[{_fmt(rho['low'], 2)}, {_fmt(rho['high'], 2)}]  tau {_fmt(tau['estimate'], 2)} "
-                         f"[{_fmt(tau['low'], 2)}, {_fmt(tau['high'], 2)}]  r {_fmt(row['pearson']['estimate'], 2)}")
+            rho, tau, r = ({k: number(c.get(k), ".2f") for k in ("estimate", "low", "high")}
+                           for c in (rho, tau, row["pearson"]))
+            lines.append(f"{row['proxy']:<22} {row['task']:<26} n={row['n']}  rho {rho['estimate']} [{rho['low']}, "
+                         f"{rho['high']}]  tau {tau['estimate']} [{tau['low']}, {tau['high']}]  r {r['estimate']}")
     return "\n".join(lines)
 
 
@@ -274,7 +277,7 @@ def main(argv=None):
                "lower_is_better": sorted(LOWER_IS_BETTER), "wall_s": time.perf_counter() - started,
                "peak_rss_gb": peak_gb})
     say(summary(records, correlations))
-    say(f"\n{len(records)} models in {time.perf_counter() - started:.0f} s, peak RSS {peak_gb:.1f} GB; "
+    say(f"\n{plural(len(records), 'model')} in {time.perf_counter() - started:.0f} s, peak RSS {peak_gb:.1f} GB; "
         f"results in {os.path.abspath(run_dir) if '://' not in run_dir else run_dir}")
 
 

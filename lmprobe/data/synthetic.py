@@ -214,7 +214,7 @@ def make_tasks(
     if not (isinstance(test_fraction, (int, float)) and 0.0 < test_fraction < 1.0):
         raise LmprobeError(f"test_fraction = {test_fraction!r}: pass a number strictly between 0 and 1, e.g. 0.1.")
     n_is_int = isinstance(n, (int, np.integer)) and not isinstance(n, bool)
-    n_test = round(test_fraction * int(n)) if n_is_int else 0
+    n_test = test_size(n, test_fraction) if n_is_int else 0
     if n_test < 2 or n - n_test < 2:
         raise LmprobeError(
             f"n = {n!r} with test_fraction = {test_fraction}: both the train and the test split need at "
@@ -226,6 +226,11 @@ def make_tasks(
         tasks.append((generate_sentences(vocab, n=n - n_test, seed=train_seed, **kw),
                       generate_sentences(vocab, n=n_test, seed=test_seed, **kw)))
     return tasks
+
+
+def test_size(n: int, test_fraction: float = DEFAULT_TEST_FRACTION) -> int:
+    """Sentences of the test split of an n-sentence task (make_tasks; the rest train)."""
+    return round(test_fraction * int(n))
 
 
 def _draw_new_words(rng: np.random.Generator, vocab: Vocabulary, labels: np.ndarray, p: float) -> np.ndarray:

@@ -469,13 +469,13 @@ def _setup(config_or_name, dtype, mesh, strategy, max_length, offline, revision=
     hf, source = hf_config(config_or_name, offline=offline, revision=revision)
     planner = _Planner(hf, dtype, source)
     mesh = mesh if mesh is not None else make_mesh()
-    limit = planner.max_length or max_length
-    if max_length is not None and limit and max_length > limit:
-        raise LmprobeError(f"--max_length={max_length} is longer than the model's context of {limit} "
-                           f"tokens: pass --max_length={limit} or less")
+    context = planner.max_length
+    if max_length is not None and not 1 <= max_length <= (context or max_length):
+        raise LmprobeError(f"--max_length={max_length}: " + (f"the model's context is {context} tokens: pass 1 to "
+                                                              f"{context}" if context else "pass at least 1"))
     name = os.fspath(config_or_name) if not isinstance(config_or_name, dict) else (
         config_or_name.get("_name_or_path") or config_or_name["model_type"])
-    return planner, mesh, int(max_length or limit), name, source
+    return planner, mesh, int(context if max_length is None else max_length), name, source
 
 
 def _base_plan(planner: _Planner, mesh: Mesh, name, source, strategy, batch_size, max_length, hbm) -> Plan:
@@ -544,7 +544,7 @@ def check_fits(config_or_name, *, dtype=jnp.float32, mesh: Mesh | None = None, s
                                                      revision)
     out = _base_plan(planner, mesh, name, source, strategy, batch_size, max_length, hbm)
     g = format_bytes
-    where = (f"{planner.dtype.name}, sharding {strategy} on {mesh.devices.size} devices, "
+    where = (f"{planner.dtype.name}, sharding {strategy} on {mesh.devices.size} device{'s' * (mesh.devices.size > 1)}, "
              f"mesh data={mesh.shape[DATA]} x model={mesh.shape[MODEL]}")
     if not out.params_fit:
         raise LmprobeError(

@@ -45,9 +45,10 @@ from lmprobe.engine.packing import PADDING, Packed, pack_pairs, padded, visibili
 from lmprobe.engine.plan import check_fits
 from lmprobe.engine.runtime import enable_compilation_cache, initialize_distributed, main_print, resolve_dtype
 from lmprobe.errors import LmprobeError
-from lmprobe.models import family_of
+from lmprobe.models import ENCODER, family_of
 
 POOLINGS = ("mean", "cls", "last", "first_last_avg")
+BATCH_LINES: set[str] = set()  # the batch-geometry lines Scorer.load has logged in this process
 _TIME_CHUNK = 32  # positions per LM-head slice when scoring every token
 
 
@@ -99,6 +100,9 @@ class Scorer:
                  max_tokens: int | None = None, max_length: int | None = None,
                  truncate: bool = True, buckets: Sequence[int] = LENGTH_BUCKETS, strategy: str | None = None,
                  identity: dict | None = None):
+        if batch_size < 1 or (max_tokens is not None and max_tokens < 1):
+            raise LmprobeError(f"batch_size={batch_size} and max_tokens={max_tokens} must be >= 1 (sequences and "
+                               "tokens per device per batch)")
         enable_compilation_cache()
         self.mesh = mesh if mesh is not None else make_mesh()
         self.tokenizer = tokenizer
@@ -106,6 +110,7 @@ class Scorer:
         self.family = family_of(model)  # None: a wrapped model (a task head on a body)
         self.is_decoder = bool(self.family and self.family.is_decoder)
         self.is_encoder_decoder = bool(self.family and self.family.is_encoder_decoder)
+        self.kind = self.family.kind if self.family else ENCODER  # models.CAUSAL_LM, ENCODER or ENCODER_DECODER
         self.vocab_size = model.config.vocab_size
         self.max_length = max_length or getattr(model, "max_length", model.config.max_position_embeddings)
         self.batch_size, self.max_tokens, self.buckets = batch_size, max_tokens, buckets
@@ -120,14 +125,15 @@ class Scorer:
     @classmethod
     def load(cls, name: str, *, dtype="auto", model_parallel: int = 1, strategy: str = "fsdp",
              offline: bool | None = None, allow_pickle: bool = False, revision: str | None = None,
-             **kwargs) -> Scorer:
+             progress: Callable = lambda it, **_: it, **kwargs) -> Scorer:
         """Load ``name`` with its parameters placed straight onto their shardings.
 
         ``dtype``: a jnp dtype, or a name for ``runtime.resolve_dtype`` ('auto': bfloat16 on GPU
         and TPU, float32 on CPU). Prints the batch geometry once (process 0). Where the device
         reports its memory (GPU, TPU), the memory plan first checks, before any weight is read,
         that the parameters and the largest bucket's step fit (lmprobe.engine.plan.check_fits).
-        ``revision``: the hub revision (branch, tag or commit) of a hub model."""
+        ``revision``: the hub revision (branch, tag or commit) of a hub model; ``progress``
+        (tqdm-like) counts the parameters read."""
         from lmprobe.checkpoints import identity, load
 
         initialize_distributed()
@@ -137,14 +143,17 @@ class Scorer:
                    max_length=kwargs.get("max_length"), max_tokens=kwargs.get("max_tokens"), offline=offline,
                    revision=revision)
         loaded = load(name, dtype=dtype, place=placement(mesh, strategy), offline=offline,
-                      allow_pickle=allow_pickle, revision=revision)
+                      allow_pickle=allow_pickle, revision=revision, progress=progress)
         about = model_identity(loaded.model, name=name, checkpoint=identity(loaded.checkpoint), dtype=dtype,
                                model_type=loaded.checkpoint.config.get("model_type"))
         scorer = cls(loaded.model, loaded.tokenizer, mesh=mesh, strategy=strategy, identity=about, **kwargs)
         d = mesh.shape[DATA]
         budget = f", at most {scorer.max_tokens} tokens per device" if scorer.max_tokens else ""
-        main_print(f"batch: {scorer.batch_size} per device x {d} data-parallel device{'s' * (d > 1)} = "
-                   f"{scorer.batch_size * d} sequences per batch{budget}")
+        line = (f"batch: {scorer.batch_size} per device x {d} data-parallel device{'s' * (d > 1)} = "
+                f"{scorer.batch_size * d} sequences per batch{budget}")
+        if line not in BATCH_LINES:  # a run that loads several models says it once
+            BATCH_LINES.add(line)
+            main_print(line)
         return scorer
 
     @property

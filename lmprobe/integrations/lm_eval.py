@@ -33,7 +33,9 @@ try:
     from lm_eval.api.registry import register_model
     from lm_eval.models.utils import handle_stop_sequences, normalize_gen_kwargs, postprocess_generated_text
 except ImportError as e:  # lm-eval is an optional extra
-    raise ImportError('lmprobe.integrations.lm_eval needs lm-evaluation-harness: pip install "lmprobe[lm_eval]"') from e
+    from lmprobe.integrations import LM_EVAL_MISSING
+
+    raise ImportError(LM_EVAL_MISSING) from e
 
 import kernels
 from lmprobe import log

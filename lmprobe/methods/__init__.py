@@ -5,6 +5,24 @@
 SDL, eSC) SynTextBench compares against; ``robust_probe``: SynBench's eps-robust linear probing.
 """
 
+from lmprobe.errors import LmprobeError
+from lmprobe.models import CAUSAL_LM, ENCODER
+
+
+def require_kind(what: str, name: str, kind: str, accepted) -> None:
+    """LmprobeError unless ``what`` (a method, or one of its roles) takes a model of ``kind``
+    (lmprobe.models: CAUSAL_LM, ENCODER, ENCODER_DECODER): one line naming the model, its kind and
+    the kinds ``accepted``."""
+    if kind in accepted:
+        return
+    example = {CAUSAL_LM: " such as smollm2-135m", ENCODER: " such as minilm-l6"}.get(accepted[0], "")
+    raise LmprobeError(f"{what} needs {' or '.join(map(_a, accepted))}; '{name}' is {_a(kind)}: give "
+                       f"{_a(accepted[0])}{example}")
+
+
+def _a(kind: str) -> str:
+    return f"{'an' if kind[0] in 'aeiou' else 'a'} {kind}"
+
 
 def model_key(model) -> dict:
     """What decides a model's outputs, for cache keys: its ``identity`` (a Scorer's, a SCoPE

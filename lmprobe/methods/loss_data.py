@@ -46,6 +46,7 @@ import optax
 
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import no_progress
+from lmprobe.report.text import plural
 
 PAPER_N_POINTS = 10
 PAPER_EPS = 1.0
@@ -192,7 +193,7 @@ def _run(fns, keys, sizes, x_train, y_train, val, config, progress=no_progress, 
     init_keys, data_keys = fns.split(keys)
     params, opt_state = fns.init(init_keys)
     starts = range(0, config.steps, _STEPS_PER_CALL)
-    for start in progress(starts, desc=f"{desc} ({config.steps} steps)", total=len(starts)):
+    for start in progress(starts, desc=f"{desc} ({plural(config.steps, 'step')})", total=len(starts)):
         count = min(_STEPS_PER_CALL, config.steps - start)
         params, opt_state = fns.train(params, opt_state, sizes, data_keys, x_train, y_train, start, count)
         jax.block_until_ready(params)  # the bar follows the device, not the dispatch

@@ -38,6 +38,7 @@ from kernels import logistic
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import icl, no_progress
 from lmprobe.methods.syntextbench import default_pooling
+from lmprobe.report.text import plural
 
 SENTEVAL_CS = logistic.SENTEVAL_CS  # 2^-2 .. 2^4
 FOLDS = 5
@@ -160,7 +161,8 @@ def zero_shot(scorer, data, *, template: str = TEMPLATES["review"], label_words:
     ``predicted_share``: how many texts got each class."""
     words = list(label_words or data.label_names)
     if len(words) != len(data.label_names):
-        raise LmprobeError(f"{len(words)} label words {words} for {len(data.label_names)} classes "
+        raise LmprobeError(f"{plural(len(words), 'label word')} {words} for "
+                           f"{plural(len(data.label_names), 'class', 'classes')} "
                            f"{list(data.label_names)}: give one word per class")
     if label_words is None and any(w.strip().isdigit() for w in words):
         raise LmprobeError(f"the class names {words} are numbers, not words a model could answer: pass label_words")

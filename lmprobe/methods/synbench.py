@@ -52,7 +52,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import time
 from collections.abc import Callable
 
 import jax
@@ -65,7 +64,7 @@ import kernels
 from lmprobe.data import gaussian
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import Ticker, loss_data, model_key, no_progress, robust_probe
-from lmprobe.report.artifacts import cache_key, cached, cached_json, join
+from lmprobe.report.artifacts import Stages, cache_key, cached, cached_json, join
 
 PAPER_EPSILONS = (0.0, 0.2, 0.4, 0.6, 0.8)
 PAPER_THRESHOLDS = (0.6, 0.7, 0.75, 0.8, 0.85, 0.9)  # Tables 3, 5, 7, 8
@@ -472,11 +471,12 @@ class Result:
     config: Config
     robust_probe: dict | None = None  # Table 6 layout (Config.robust_probe)
     baselines: dict | None = None  # App. G loss-data baselines (Config.baselines)
+    cached_stages: dict = dataclasses.field(default_factory=dict)  # stage -> {"hits", "entries"} read from the cache
 
     def to_json(self) -> dict:
         out = {"method": "synbench", "model": self.model, "scores": self.scores, "curves": self.curves,
                "representation": self.representation, "timings_s": self.timings,
-               "config": dataclasses.asdict(self.config)}
+               "cached_stages": self.cached_stages, "config": dataclasses.asdict(self.config)}
         out.update({k: v for k, v in (("robust_probe", self.robust_probe), ("baselines", self.baselines))
                     if v is not None})
         return out
@@ -501,36 +501,34 @@ def run(rep: Representation, config: Config, *, cache_dir: str | None = None,
     config.check()
     spec = rep.spec(config)
     spec.check()
-    timings = {}
-    start = time.perf_counter()
-    raw = raw_reference(config, spec)
-    check_reference(raw, config)
-    timings["reference"] = time.perf_counter() - start
+    stages = Stages()
+    with stages("reference"):
+        raw = raw_reference(config, spec)
+        check_reference(raw, config)
 
-    start = time.perf_counter()
-    z = {"train": [], "test": []}
-    y = {"train": [], "test": []}
-    per_split = -(-config.n // config.batch_size)
-    ticker, target = Ticker(progress, 2 * per_split * len(config.scales), f"{rep.name}: representations"), 0
-    for scale in config.scales:
-        for split in ("train", "test"):
-            reps, labels = _cached_split(rep, config, spec, scale, split, cache_dir, ticker.advance)
-            target += per_split
-            ticker.advance_to(target)  # a split read from the cache moves the bar at once
-            check_representations(rep.name, reps, scale)
-            z[split].append(reps)
-            y[split].append(labels.astype(np.int32))
-    timings["representations"] = time.perf_counter() - start
+    with stages("representations", f"{rep.name}: representations"):
+        z = {"train": [], "test": []}
+        y = {"train": [], "test": []}
+        per_split = -(-config.n // config.batch_size)
+        ticker, target = Ticker(progress, 2 * per_split * len(config.scales), f"{rep.name}: representations"), 0
+        for scale in config.scales:
+            for split in ("train", "test"):
+                reps, labels = _cached_split(rep, config, spec, scale, split, cache_dir, ticker.advance)
+                target += per_split
+                ticker.advance_to(target)  # a split read from the cache moves the bar at once
+                check_representations(rep.name, reps, scale)
+                z[split].append(reps)
+                y[split].append(labels.astype(np.int32))
 
-    start = time.perf_counter()
-    z_train, z_test = np.stack(z["train"]), np.stack(z["test"])
-    y_train, y_test = np.stack(y["train"]), np.stack(y["test"])
-    degenerate = _check_budgets(rep.name, z_train, y_train, config)
-    summary = representation_summary(z_train, y_train, z_test, y_test, config)
-    rep_acc, rep_bound = np.asarray(summary.accuracy, np.float64), np.asarray(summary.mean_scaled_margin, np.float64)
-    scores = synbench_scores(rep_acc, rep_bound, raw, config)
-    curves = threshold_curves(rep_acc, rep_bound, raw, config)
-    timings["metric"] = time.perf_counter() - start
+    with stages("metric"):
+        z_train, z_test = np.stack(z["train"]), np.stack(z["test"])
+        y_train, y_test = np.stack(y["train"]), np.stack(y["test"])
+        degenerate = _check_budgets(rep.name, z_train, y_train, config)
+        summary = representation_summary(z_train, y_train, z_test, y_test, config)
+        rep_acc = np.asarray(summary.accuracy, np.float64)
+        rep_bound = np.asarray(summary.mean_scaled_margin, np.float64)
+        scores = synbench_scores(rep_acc, rep_bound, raw, config)
+        curves = threshold_curves(rep_acc, rep_bound, raw, config)
 
     rows = [{"eps": e, "a_t": a, "score": float(scores[i, j])}
             for i, a in enumerate(config.a_t) for j, e in enumerate(config.epsilons)]
@@ -539,18 +537,16 @@ def run(rep: Representation, config: Config, *, cache_dir: str | None = None,
 
     baselines = None
     if config.baselines:
-        start = time.perf_counter()
-        i = next(i for i, s in enumerate(config.scales) if math.isclose(s, config.baseline_scale))
-        baselines = baseline_metrics(rep, config, spec, z_train[i], y_train[i], cache_dir, progress)
-        timings["baselines"] = time.perf_counter() - start
+        with stages("baselines", f"{rep.name}: loss-data baselines"):
+            i = next(i for i, s in enumerate(config.scales) if math.isclose(s, config.baseline_scale))
+            baselines = baseline_metrics(rep, config, spec, z_train[i], y_train[i], cache_dir, progress)
     probe = None
     if config.robust_probe:
-        start = time.perf_counter()
-        eps = robust_probe.suggest_epsilon(rows, config.probe_a_t)
-        probe = {"a_t": config.probe_a_t, "argmax_eps": eps, "scale": config.probe_scale,
-                 **robust_linear_probing(rep, config, eps)}
-        timings["robust_probe"] = time.perf_counter() - start
-    return Result(rep.name, rows, curves, info, timings, config, probe, baselines)
+        with stages("robust_probe"):
+            eps = robust_probe.suggest_epsilon(rows, config.probe_a_t)
+            probe = {"a_t": config.probe_a_t, "argmax_eps": eps, "scale": config.probe_scale,
+                     **robust_linear_probing(rep, config, eps)}
+    return Result(rep.name, rows, curves, info, stages.seconds, config, probe, baselines, stages.cached)
 
 
 def downstream_task(rep: Representation, config: Config) -> tuple[np.ndarray, ...]:

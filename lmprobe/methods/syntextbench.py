@@ -17,6 +17,7 @@ level also reports the mean share of label-class words per sentence (Fig. 3's st
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 from collections.abc import Callable
 
@@ -27,7 +28,7 @@ import kernels
 from lmprobe.data import lexicons, sentence_stats, synthetic
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import Ticker, icl, loss_data, model_key, no_progress, syntextbench_generated
-from lmprobe.report.artifacts import cache_key, cached, cached_json, join
+from lmprobe.report.artifacts import Stages, cache_key, cached, cached_json, join
 
 # The paper does not print its a_T. 0.7 keeps levels whose linear accuracy is clearly above
 # chance and yields scores of the paper's order (0.1-0.2) for sentence encoders.
@@ -35,6 +36,8 @@ DEFAULT_A_T = 0.7
 A_T_SWEEP = (0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9)  # thresholds reported beside a_t: the choice shows
 CACHE_VERSION = 2  # 2: keys hold the model's identity (checkpoint digest, dtype) and the sentences themselves
 EMBED_CHUNK = 2048  # sentences per engine call: one step of the progress bar
+MIN_TEST_SENTENCES = 20  # test sentences per level: accuracy in steps of 0.05 at least (the a_t sweep's spacing)
+MIN_N = next(n for n in itertools.count(1) if synthetic.test_size(n) >= MIN_TEST_SENTENCES)  # 195
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,9 +72,17 @@ class Config:
         bad = [p for p in self.levels if not 0 <= p <= 1]
         if bad or not self.levels:
             raise LmprobeError(f"difficulty levels {list(self.levels)} must be non-empty and in [0, 1]")
-        if self.n < 16:
-            raise LmprobeError(f"n={self.n} sentences per level is too few to estimate class "
-                               "covariances: use at least 16 (the paper uses 4096 to 32768)")
+        if synthetic.test_size(self.n) < MIN_TEST_SENTENCES:
+            raise LmprobeError(f"n={self.n} sentences per level leaves {synthetic.test_size(self.n)} to test on "
+                               f"({synthetic.DEFAULT_TEST_FRACTION:.0%} of n): accuracy needs at least "
+                               f"{MIN_TEST_SENTENCES} (steps of 0.05, the a_t sweep's); use n >= {MIN_N} "
+                               "(the paper: 4096 to 32768)")
+        if not 0 < self.energy <= 1:
+            raise LmprobeError(f"energy={self.energy} is the share of singular-value energy whitening keeps "
+                               "(Sec. 2.3): give a number in (0, 1], e.g. 0.99")
+        if self.icl_examples < 0 or self.baseline_steps < 1:
+            raise LmprobeError(f"icl_examples={self.icl_examples} must be >= 0 (0: off) and "
+                               f"baseline_steps={self.baseline_steps} >= 1")
         if self.generator_vocab < 0 or self.generator_max_tokens < 1:
             raise LmprobeError(f"generator_vocab={self.generator_vocab} must be >= 0 (0: the smallest list) and "
                                f"generator_max_tokens={self.generator_max_tokens} >= 1")
@@ -89,6 +100,12 @@ class Result:
     timings: dict
     config: Config
     sets: str = "lm-free"  # who wrote the synthetic sentences: "lm-free" or the A.2 generator's name
+    cached_stages: dict = dataclasses.field(default_factory=dict)  # stage -> {"hits", "entries"} read from the cache
+
+    @property
+    def n_test(self) -> int:
+        """Test sentences per level (the rest of config.n train the classifier)."""
+        return synthetic.test_size(self.config.n)
 
     @property
     def icl_accuracy_mean(self) -> float | None:
@@ -99,8 +116,9 @@ class Result:
     def to_json(self) -> dict:
         return {"method": "syntextbench", "model": self.model, "score": self.score, "sets": self.sets,
                 "a_t": self.config.a_t, "scores_by_a_t": self.scores_by_a_t, "n": self.config.n,
+                "n_train": self.config.n - self.n_test, "n_test": self.n_test,
                 "seed": self.config.seed, "icl_accuracy_mean": self.icl_accuracy_mean, "levels": self.levels,
-                "baselines": self.baselines, "timings_s": self.timings,
+                "baselines": self.baselines, "timings_s": self.timings, "cached_stages": self.cached_stages,
                 "config": dataclasses.asdict(self.config)}
 
 
@@ -135,6 +153,7 @@ class Tasks:
     levels: list  # [(train, test) SyntheticTask pairs], one per config.levels entry (GeneratedTask: A.2)
     seconds: float
     source: str = "lm-free"  # who wrote the sentences: "lm-free" (Sec. 2.2) or the A.2 generator's name
+    cached: dict | None = None  # the generation's cache use ({"hits", "entries"}) where it read any entry
 
 
 def build_tasks(config: Config) -> Tasks:
@@ -155,12 +174,14 @@ def generated_tasks(generator, config: Config, tasks: Tasks | None = None, *, ca
     tasks = tasks or build_tasks(config)
     if not config.generator:
         raise LmprobeError("generated_tasks needs config.generator: the name of the LM that writes the sets")
-    start = time.perf_counter()
-    levels = syntextbench_generated.generated_levels(
-        generator, tasks.lists, levels=config.levels, n=config.n, seed=config.seed, vocab_size=config.generator_vocab,
-        max_tokens=config.generator_max_tokens, generator_name=config.generator, cache_dir=cache_dir,
-        progress=progress)
-    return dataclasses.replace(tasks, levels=levels, seconds=time.perf_counter() - start, source=config.generator)
+    stages = Stages()
+    with stages("generation", f"{config.generator}: generating A.2 sets"):
+        levels = syntextbench_generated.generated_levels(
+            generator, tasks.lists, levels=config.levels, n=config.n, seed=config.seed,
+            vocab_size=config.generator_vocab, max_tokens=config.generator_max_tokens,
+            generator_name=config.generator, cache_dir=cache_dir, progress=progress)
+    return dataclasses.replace(tasks, levels=levels, seconds=stages.seconds["generation"],
+                               cached=stages.cached.get("generation"), source=config.generator)
 
 
 def label_word_fraction(tasks: Tasks, pair) -> float:
@@ -175,49 +196,49 @@ def run(scorer, config: Config, *, model_name: str, cache_dir: str | None = None
     """Algorithm 1 on ``scorer``'s model; embeddings, in-context accuracies and baselines cached
     under ``cache_dir`` (reruns resume); every long stage moves a ``progress`` bar."""
     tasks = tasks or build_tasks(config)
-    pairs, timings = tasks.levels, {"generation": tasks.seconds}
+    pairs = tasks.levels
+    stages = Stages({"generation": tasks.seconds}, {"generation": tasks.cached} if tasks.cached else {})
 
     pooling = config.pooling or default_pooling(scorer)
-    start = time.perf_counter()
-    keys, train, test = _embeddings(scorer, pairs, pooling, model_name=model_name, cache_dir=cache_dir,
-                                    progress=progress)
-    timings["embedding"] = time.perf_counter() - start
+    with stages("embedding", f"{model_name}: embedding"):
+        keys, train, test = _embeddings(scorer, pairs, pooling, model_name=model_name, cache_dir=cache_dir,
+                                        progress=progress)
 
-    start = time.perf_counter()
-    y_train = np.stack([train_set.labels for train_set, _ in pairs]).astype(np.int32)
-    y_test = np.stack([test_set.labels for _, test_set in pairs]).astype(np.int32)
-    summary = kernels.syntextbench_accuracy_margin(jnp.asarray(np.stack(train)), jnp.asarray(y_train),
-                                                   jnp.asarray(np.stack(test)), jnp.asarray(y_test),
-                                                   energy=config.energy)
-    accuracy, margin = np.asarray(summary.accuracy), np.asarray(summary.mean_scaled_margin)
-    thresholds = jnp.asarray((config.a_t, *config.a_t_sweep), jnp.float32)[:, None]
-    scores = np.asarray(kernels.syntextbench_score(jnp.asarray(accuracy), jnp.asarray(margin), thresholds)).reshape(-1)
-    score, scores_by_a_t = float(scores[0]), {f"{a:g}": float(v) for a, v in zip(config.a_t_sweep, scores[1:])}
-    timings["scoring"] = time.perf_counter() - start
+    with stages("scoring"):
+        y_train = np.stack([train_set.labels for train_set, _ in pairs]).astype(np.int32)
+        y_test = np.stack([test_set.labels for _, test_set in pairs]).astype(np.int32)
+        summary = kernels.syntextbench_accuracy_margin(jnp.asarray(np.stack(train)), jnp.asarray(y_train),
+                                                       jnp.asarray(np.stack(test)), jnp.asarray(y_test),
+                                                       energy=config.energy)
+        accuracy, margin = np.asarray(summary.accuracy), np.asarray(summary.mean_scaled_margin)
+        thresholds = jnp.asarray((config.a_t, *config.a_t_sweep), jnp.float32)[:, None]
+        scores = np.asarray(kernels.syntextbench_score(jnp.asarray(accuracy), jnp.asarray(margin),
+                                                       thresholds)).reshape(-1)
+        score, scores_by_a_t = float(scores[0]), {f"{a:g}": float(v) for a, v in zip(config.a_t_sweep, scores[1:])}
 
     levels = [{"p": p, "accuracy": float(a), "margin": float(m),
                "feasibility": _feasibility(tasks.lexicon, pair[1]),
                "label_word_fraction": label_word_fraction(tasks, pair)}
               for p, a, m, pair in zip(config.levels, accuracy, margin, pairs)]
     if scorer.is_decoder and config.icl_examples:
-        start = time.perf_counter()
-        for level, value in zip(levels, _icl(scorer, pairs, config, model_name, cache_dir, progress)):
-            level["icl_accuracy"] = value
-        timings["icl"] = time.perf_counter() - start
+        with stages("icl", f"{model_name}: in-context prompts"):
+            for level, value in zip(levels, _icl(scorer, pairs, config, model_name, cache_dir, progress)):
+                level["icl_accuracy"] = value
 
     baselines = {}
     if config.baselines:
-        start = time.perf_counter()
-        i = config.levels.index(config.baseline_level)
-        x = np.concatenate([train[i], test[i]])
-        y = np.concatenate([y_train[i], y_test[i]])
-        key = cache_key(embeddings=keys[i], steps=config.baseline_steps, seed=config.seed, version=CACHE_VERSION)
-        baselines = _maybe_cached_json(cache_dir, f"baselines-{key}", lambda: {
-            "p": config.baseline_level, **loss_data.loss_data_metrics(loss_data.loss_data_curves(
-                x, y, steps=config.baseline_steps, seed=config.seed, progress=progress,
-                desc=f"{model_name}: loss-data baselines"))})
-        timings["baselines"] = time.perf_counter() - start
-    return Result(model_name, score, scores_by_a_t, levels, baselines, timings, config, tasks.source)
+        with stages("baselines", f"{model_name}: loss-data baselines"):
+            i = config.levels.index(config.baseline_level)
+            x = np.concatenate([train[i], test[i]])
+            y = np.concatenate([y_train[i], y_test[i]])
+            key = cache_key(embeddings=keys[i], steps=config.baseline_steps, seed=config.seed,
+                            version=CACHE_VERSION)
+            baselines = _maybe_cached_json(cache_dir, f"baselines-{key}", lambda: {
+                "p": config.baseline_level, **loss_data.loss_data_metrics(loss_data.loss_data_curves(
+                    x, y, steps=config.baseline_steps, seed=config.seed, progress=progress,
+                    desc=f"{model_name}: loss-data baselines"))})
+    return Result(model_name, score, scores_by_a_t, levels, baselines, stages.seconds, config, tasks.source,
+                  stages.cached)
 
 
 def default_pooling(scorer) -> str:

@@ -196,7 +196,7 @@ def generated_levels(scorer, lists, *, levels: Sequence[float], n: int, seed: in
     """One (train, test) pair of LM-generated tasks per level (module docstring), each level
     cached under ``cache_dir`` by a key of the generator's identity (``model_key(scorer)``) and
     every setting; the word-to-token map is built only when a level is not cached."""
-    n_test = round(synthetic.DEFAULT_TEST_FRACTION * n)
+    n_test = synthetic.test_size(n)
     if n_test < 2 or n - n_test < 2:
         raise LmprobeError(f"n={n}: both the train and the test split of a generated set need at least 2 sentences")
     if scorer.tokenizer is None:

@@ -19,7 +19,7 @@ from lmprobe.models import (
     t5,
     vit,
 )
-from lmprobe.models.base import HF, Family, HFNames, ModelOutput
+from lmprobe.models.base import CAUSAL_LM, ENCODER, ENCODER_DECODER, HF, Family, HFNames, ModelOutput
 
 # model_type (config.json) -> family
 FAMILIES: dict[str, Family] = {
@@ -60,4 +60,5 @@ def family_of(model) -> Family | None:
     return next((f for f in FAMILIES.values() if type(model) is f.model), None)
 
 
-__all__ = ["FAMILIES", "Family", "HF", "HFNames", "ModelOutput", "family_for", "family_of"]
+__all__ = ["CAUSAL_LM", "ENCODER", "ENCODER_DECODER", "FAMILIES", "Family", "HF", "HFNames", "ModelOutput",
+           "family_for", "family_of"]

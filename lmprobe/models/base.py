@@ -97,6 +97,9 @@ class HFNames:
         return HF(".".join(p for p in (prefix, *module, leaf) if p), transpose=transpose)
 
 
+CAUSAL_LM, ENCODER, ENCODER_DECODER = "causal LM", "encoder", "encoder-decoder"  # Family.kind
+
+
 @dataclasses.dataclass(frozen=True)
 class Family:
     """A model family: how to read its config, build it, and name its parameters in HF files.
@@ -115,6 +118,11 @@ class Family:
     base_prefix: str
     is_decoder: bool
     is_encoder_decoder: bool = False
+
+    @property
+    def kind(self) -> str:
+        """What the family's models are: CAUSAL_LM, ENCODER_DECODER or ENCODER."""
+        return CAUSAL_LM if self.is_decoder else ENCODER_DECODER if self.is_encoder_decoder else ENCODER
 
 
 class CausalLM(Protocol):

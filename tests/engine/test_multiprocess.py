@@ -58,7 +58,7 @@ DRIVER = textwrap.dedent("""
     step("byod", byod.main, ["--model=smollm2-135m", "--corpus=fortunes", "--max_examples=4",
                              "--metrics=negation,word_order", "--benign=", "--batch_size=2",
                              f"--output_dir={root}/byod"])
-    step("syntextbench", syntextbench.main, ["--model=minilm-l6", "--lexicon=afinn", "--n=64", "--levels=0,0.5",
+    step("syntextbench", syntextbench.main, ["--model=minilm-l6", "--lexicon=afinn", "--n=200", "--levels=0,0.5",
                                              "--no_baselines", "--icl_examples=0", "--batch_size=4",
                                              f"--output_dir={root}/syntextbench"])
     synbench_argv = ["--model=minilm-l6", "--n=64", "--scales=1,3", "--eps=0,0.4", "--a_t=0.6,0.7", "--seq_len=8",

@@ -179,9 +179,10 @@ def test_planning_opens_no_tensor_file(monkeypatch, tmp_path):
     assert config == TINY and source == str(directory / "config.json")
 
 
-def test_max_length_beyond_the_context_is_refused():
-    with pytest.raises(LmprobeError, match=r"--max_length=128"):
-        P.plan(TINY, mesh=MESH, max_length=256)
+@pytest.mark.parametrize("length", [256, 0, -1])
+def test_max_length_outside_the_context_is_refused(length):
+    with pytest.raises(LmprobeError, match=rf"--max_length={length}: the model's context is 128 tokens: pass 1 to 128"):
+        P.plan(TINY, mesh=MESH, max_length=length)
 
 
 def test_cli_simulates_devices_and_reports(tmp_path):

@@ -353,8 +353,11 @@ def test_step_outputs_stay_sharded_over_data_until_the_readback(tiny_llama_dir):
 def test_batch_size_is_per_data_parallel_device(tiny_llama_dir, monkeypatch):
     said = []
     monkeypatch.setattr(scorer_module, "main_print", lambda *args, **_: said.append(" ".join(map(str, args))))
+    monkeypatch.setattr(scorer_module, "BATCH_LINES", set())
     scorer = Scorer.load(str(tiny_llama_dir), model_parallel=2, batch_size=3, dtype="auto")  # 4 data x 2 model
     assert "batch: 3 per device x 4 data-parallel devices = 12 sequences per batch" in said
+    Scorer.load(str(tiny_llama_dir), model_parallel=2, batch_size=3, dtype="auto")  # a second model: said once
+    assert len([line for line in said if line.startswith("batch: ")]) == 1
     assert scorer.mesh.shape["data"] == 4
     seqs = [s[:10] for s in SEQS if len(s) >= 10] * 3  # 21 sequences of 10 tokens: one bucket
     assert [b.shape[0] for b in scorer._batches(seqs)] == [12, 12]  # 12 rows, then 9 padded to 3 per device

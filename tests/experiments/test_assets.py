@@ -265,7 +265,7 @@ def test_models_lists_the_ladder(monkeypatch, cache, capsys):
     assert command.main(["models", "--json"]) == 0
     entry = next(m for m in json.loads(capsys.readouterr().out)["ladder"] if m["alias"] == "fake-cat")
     assert entry["install"] == "python -m experiments.assets --install fake-cat"
-    assert entry["installed"].startswith("no: ") and "--install fake-cat" in entry["installed"]
+    assert entry["installed"] is False and "--install fake-cat" in entry["detail"]
     assert command.main(["models"]) == 0
     assert "fake-cat" in capsys.readouterr().out
 

@@ -54,20 +54,24 @@ def test_models_lists_aliases_embedded_models_configs_and_the_hub_cache(capsys, 
     assert command.main(["models", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert {m["name"] for m in data["embedded"]} == {"smollm2-135m", "minilm-l6"}
+    assert all(isinstance(m["installed"], bool) and m["detail"] for m in data["embedded"] + data["ladder"])
     assert "opt-13b" in data["shipped_configs"] and data["hub_cache"]["models"][0]["repo"] == "org/tiny"
 
 
 def test_datasets_says_what_is_available_offline(capsys):
     data = catalog.dataset_catalog()
-    assert set(data) >= {"corpora (byod --corpus)", "labelled datasets (scope / mstemp --dataset)",
-                         "lexicons (syntextbench --lexicon)", "profanity lists (byod --profanity)"}
-    assert set(data["lexicons (syntextbench --lexicon)"]) >= {"sentiwordnet", "vader", "afinn", "textblob"}
+    assert set(data) == {"corpora", "labelled_datasets", "lexicons", "profanity_lists", "other_data"}  # snake_case
+    assert {e["name"] for e in data["lexicons"]} >= {"sentiwordnet", "vader", "afinn", "textblob"}
     for section in data.values():
-        for status in section.values():
-            assert status.startswith(("yes", "no: ")), status
+        for entry in section:
+            assert set(entry) <= {"name", "note", "available", "detail"} and isinstance(entry["available"], bool)
     assert command.main(["datasets"]) == 0
-    assert "wordnet-examples" in capsys.readouterr().out
-    assert catalog._check(lambda: 1 / 0).startswith("no: ") and catalog._check(lambda: "here") == "yes (here)"
+    out = capsys.readouterr().out
+    assert "wordnet-examples" in out and "corpora (byod --corpus):" in out
+    assert command.main(["datasets", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads(json.dumps(data))
+    assert catalog._check(lambda: 1 / 0) == {"available": False, "detail": "division by zero"}
+    assert catalog._check(lambda: "here") == {"available": True, "detail": "here"}
 
 
 def test_lmprobe_front_end_help_shows_defaults_and_nothing_on_stderr():

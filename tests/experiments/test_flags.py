@@ -150,3 +150,24 @@ def test_unsupported_field_types_fail_at_declaration():
 
     with pytest.raises(TypeError, match="tuple"):
         flags.add(flags.Parser("x"), Bad)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--n=0"], "argument --n: give an integer >= 1, not 0"),
+    (["--n=-4"], "argument --n: give an integer >= 1, not -4"),
+    (["--n=x"], "argument --n: 'x' is not an integer"),
+    (["--rate=0"], "argument --rate: give a number in (0, 1], not 0"),
+    (["--rate=1.5"], "argument --rate: give a number in (0, 1], not 1.5"),
+    (["--levels=0.5,2"], "argument --levels/--p: give a number in [0, 1], not 2"),
+    (["--limit=0"], "argument --limit: give an integer >= 1, not 0"),
+])
+def test_a_range_is_checked_by_the_flag_and_is_one_line(argv, message, capsys):
+    p = flags.Parser("prog")
+    flags.add(p, Example, aliases={"levels": "--p"}, convert={
+        "n": flags.bounded(1), "limit": flags.bounded(1), "rate": flags.bounded(0, 1, base=float, strict=True),
+        "levels": flags.bounded(0, 1, base=float)})
+    assert p.parse_args(["--n=1", "--rate=1", "--levels=0,1", "--limit=none"]).limit is None  # the bounds pass
+    with pytest.raises(SystemExit) as stop:
+        p.parse_args(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.splitlines()) == 1 and message in err

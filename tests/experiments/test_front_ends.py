@@ -136,7 +136,7 @@ def test_scope_passes_the_shared_flags_to_every_model(tmp_path, monkeypatch):
         scope.main(["--reference=ref@bf16", "--target=t", f"--dataset={data}", "--model_parallel=2", "--sharding=tp",
                     "--revision=abc", "--offline", "--dtype=bfloat16", "--batch_size=3", f"--output_dir={tmp_path}"])
     (name, kwargs), = calls
-    assert name == "ref@bf16" and str(kwargs.pop("dtype")) == "bfloat16"
+    assert name == "ref@bf16" and str(kwargs.pop("dtype")) == "bfloat16" and kwargs.pop("progress") is cli.progress
     assert kwargs == {"model_parallel": 2, "strategy": "tp", "offline": True, "allow_pickle": False,
                       "batch_size": 3, "revision": "abc"}
 
@@ -196,8 +196,8 @@ def test_warnings_go_to_stderr_and_info_follows_verbosity(capsys):
     cli.parse(cli.parser("x"), ["--verbosity=error"])
     cli.log.warning("hidden")
     assert capsys.readouterr().err == "" and not log.enabled()
-    bar = cli.progress(range(2))
-    assert bar.disable and list(bar) == [0, 1]
+    numbers = range(2)
+    assert cli.progress(numbers) is numbers  # no bar, no progress lines
     cli.parse(cli.parser("x"), [])  # back to info for the other tests
 
 
@@ -218,3 +218,60 @@ def test_plan_reads_the_config_of_the_revision_asked_for(tmp_path, monkeypatch, 
     with pytest.raises(SystemExit) as stop:
         plan.main(["--model=opt-125m", "--revision=v2", "--offline"])
     assert stop.value.code == 2 and "revision 'v2' is not cached" in capsys.readouterr().err
+
+
+ENCODER = "'minilm-l6' is an encoder: give a causal LM such as smollm2-135m"
+
+
+@pytest.mark.parametrize("name, argv, message", [
+    ("syntextbench", ["--batch_size=0"], "argument --batch_size: give an integer >= 1, not 0"),
+    ("syntextbench", ["--batch_size=-4"], "argument --batch_size: give an integer >= 1, not -4"),
+    ("byod", ["--model_parallel=0"], "argument --model_parallel: give an integer >= 1, not 0"),
+    ("byod", ["--seed=-1"], "argument --seed: give an integer >= 0, not -1"),
+    ("syntextbench", ["--energy=2"], "energy=2.0 is the share of singular-value energy"),
+    ("syntextbench", ["--energy=0"], "give a number in (0, 1], e.g. 0.99"),
+    ("syntextbench", ["--n=16"], "n=16 sentences per level leaves 2 to test on (10% of n): accuracy needs at least "
+                                 "20 (steps of 0.05, the a_t sweep's); use n >= 195"),
+    ("syntextbench", ["--icl_examples=-1"], "icl_examples=-1 must be >= 0"),
+    ("syntextbench", ["--generator=minilm-l6", "--n=200"], "syntextbench --generator (A.2) needs a causal LM; "
+                                                           + ENCODER),
+    ("plan", ["--max_length=-1"], "--max_length=-1: the model's context is 2048 tokens: pass 1 to 2048"),
+    ("plan", ["--max_length=0"], "--max_length=0: the model's context is 2048 tokens"),
+    ("plan", ["--max_length=4096"], "--max_length=4096: the model's context is 2048 tokens"),
+    ("plan", ["--max_tokens=0"], "argument --max_tokens: give an integer >= 1, not 0"),
+    ("byod", ["--model=minilm-l6"], "byod needs a causal LM or an encoder-decoder; " + ENCODER),
+    ("byod", ["--model=smollm2-135m@noise=abc"], "'@noise=abc' in 'smollm2-135m@noise=abc': SIGMA is not a number "
+                                                 ">= 0; write NAME@noise=SIGMA"),
+    ("byod", ["--model=smollm2-135m@drop-layer=x"], "K is not an integer; write NAME@drop-layer=K"),
+    ("byod", ["--top_p=0"], "top_p=0.0 in (0, 1]"),
+    ("byod", ["--top_k=-1"], "top_k=-1 >= 0"),
+    ("byod", ["--max_documents=0"], "argument --max_documents: give an integer >= 1, not 0"),
+    ("mstemp", ["--evaluator=minilm-l6"], "mstemp's evaluators (--evaluator) needs a causal LM or an encoder-decoder"),
+    ("mstemp", ["--top_p=1.5"], "top_p=1.5 in (0, 1]"),
+    ("mstemp", ["--max_examples=0"], "argument --max_examples: give an integer >= 1, not 0"),
+    ("scope", ["--task=lm", "--reference=minilm-l6", "--target=smollm2-135m"], "scope --task=lm needs a causal LM; "
+                                                                              + ENCODER),
+    ("scope", ["--head=zero-shot", "--target=minilm-l6"], "scope --head=zero-shot needs a causal LM; " + ENCODER),
+    ("scope", ["--max_examples=0"], "argument --max_examples: give an integer >= 1, not 0"),
+    ("scope", ["--bootstrap=-1"], "n_bootstrap=-1 must be >= 0"),
+    ("synbench", ["--input_scale=0"], "argument --input_scale: give a number > 0, not 0"),
+    ("synbench", ["--seq_len=0"], "argument --seq_len: give an integer >= 1, not 0"),
+    ("validate", ["--tweets_min_confidence=2"], "argument --tweets_min_confidence: give a number in [0, 1], not 2"),
+    ("validate", ["--synbench_n=4"], "argument --synbench_n: give an integer >= 8, not 4"),
+    ("validate", ["--synbench_scales=1,0"], "argument --synbench_scales: give a number > 0, not 0"),
+    ("throughput", ["--repeats=0"], "argument --repeats: give an integer >= 1, not 0"),
+    ("throughput", ["--forward=0x128"], "shape '0x128': write it as positive integers joined by x"),
+    ("throughput", ["--model=minilm-l6"], "throughput needs a causal LM; " + ENCODER),
+    ("smoke", ["--model=minilm-l6"], "smoke --model needs a causal LM; " + ENCODER),
+])
+def test_a_bad_value_is_one_line_and_status_2_before_any_model_work(name, argv, message, tmp_path, monkeypatch,
+                                                                     capsys):
+    monkeypatch.chdir(tmp_path)  # default output directories (runs/...) land here
+    monkeypatch.setattr(scope.variants, "load_scorer", lambda *a, **k: pytest.fail("a model was loaded"))
+    monkeypatch.setattr(cli, "load_checkpoint", lambda *a, **k: pytest.fail("a model was loaded"))
+    with pytest.raises(SystemExit) as stop:
+        FRONT_ENDS[name].main(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("error: "), err
+    assert message in err and "Traceback" not in err
+    assert not list(tmp_path.rglob("results.json"))

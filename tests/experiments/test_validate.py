@@ -14,7 +14,7 @@ from lmprobe.data import labelled
 pytestmark = pytest.mark.skipif(not all(labelled.installed(n) for n in labelled.NAMED),
                                 reason="real labelled data not installed (README set-up: experiments.assets)")
 
-SMALL = ["--syntextbench_n=32", "--syntextbench_levels=0,0.5", "--synbench_n=80", "--synbench_scales=0.5,2",
+SMALL = ["--syntextbench_n=200", "--syntextbench_levels=0,0.5", "--synbench_n=80", "--synbench_scales=0.5,2",
          "--byod_examples=6", "--probe_train=40", "--probe_test=30", "--zero_shot_examples=12", "--prose_texts=3",
          "--prose_chars=200", "--bootstrap=50", "--batch_size=8", "--verbosity=warning"]
 

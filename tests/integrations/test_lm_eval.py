@@ -88,8 +88,17 @@ def test_registered_model_args_and_errors(tiny, monkeypatch):
     LmprobeLM.create_from_arg_obj({"scorer": ours.scorer, "batch_size": 4}, {"batch_size": 1, "device": "cuda"})
     monkeypatch.setitem(sys.modules, "lm_eval", None)
     monkeypatch.delitem(sys.modules, "lmprobe.integrations.lm_eval")
-    with pytest.raises(ImportError, match=r'pip install "lmprobe\[lm_eval\]"'):
+    with pytest.raises(ImportError, match=r'pip install -e "\.\[lm_eval\]"'):
         importlib.import_module("lmprobe.integrations.lm_eval")
+
+
+def test_the_command_without_lm_eval_is_one_line(monkeypatch, capsys):
+    from lmprobe.integrations import lm_eval_main
+
+    monkeypatch.setitem(sys.modules, "lm_eval", None)  # as in an install without the lm_eval extra
+    assert lm_eval_main(["--help"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and err.startswith("error: ") and 'pip install -e ".[lm_eval]"' in err
 
 
 def test_command_line_runs_a_local_task(tiny_llama_dir, tmp_path, monkeypatch):  # noqa: F811

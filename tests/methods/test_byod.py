@@ -209,7 +209,7 @@ def test_rerun_resumes_from_cache(scorer, tmp_path):
     first = byod.run(scorer, Corpus("tiny", PARAGRAPHS), config, model_name="tiny", cache_dir=str(tmp_path))
 
     class Refuses:
-        tokenizer, identity = scorer.tokenizer, scorer.identity  # the same model
+        tokenizer, identity, kind = scorer.tokenizer, scorer.identity, scorer.kind  # the same model
 
         def __getattr__(self, name):
             raise AssertionError("a cached metric must not touch the model")
@@ -262,6 +262,30 @@ def test_front_end_writes_results_samples_and_radar(model_dir, tmp_path):
     assert {r["metric"] for r in rows} == set(byod.METRICS)
     assert {r["text"] for r in rows if r["metric"] == "negation" and not r.get("benign")} <= firsts
     assert (out / "radar.png").stat().st_size > 10_000
+
+
+def test_front_end_exits_2_when_no_metric_has_a_score(model_dir, tmp_path, capsys):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join(p[0] for p in PARAGRAPHS))  # one sentence a paragraph: no long-range example
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as stop:
+        front_end.main([f"--model={model_dir}", f"--corpus={corpus}", "--metrics=long_range", f"--output_dir={out}"])
+    captured = capsys.readouterr()
+    assert stop.value.code == 2 and captured.err.splitlines()[-1].startswith("error: no metric has a score")
+    assert json.loads((out / "results.json").read_text())["models"][str(model_dir)]["long_range"]["n"] == 0
+
+
+def test_run_refuses_an_encoder_before_any_metric():
+    from lmprobe.models import ENCODER
+
+    class Encoder:
+        kind = ENCODER
+
+        def __getattr__(self, name):
+            raise AssertionError("an encoder must be refused before a metric touches it")
+
+    with pytest.raises(LmprobeError, match="byod needs a causal LM or an encoder-decoder; 'enc' is an encoder"):
+        byod.run(Encoder(), Corpus("tiny", PARAGRAPHS), byod.Config(), model_name="enc")
 
 
 def test_front_end_refuses_a_binary_corpus(tmp_path, capsys):

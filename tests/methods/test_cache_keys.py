@@ -21,7 +21,7 @@ from lmprobe.methods.scope import run as scope_run
 from lmprobe.methods.scope import variants
 from tests.engine.conftest import VOCAB, tiny_llama_dir  # noqa: F401 - the fixture
 
-TINY = syntextbench.Config(n=48, levels=(0.0, 0.5), baseline_level=0.5, baseline_steps=10, icl_examples=3)
+TINY = syntextbench.Config(n=200, levels=(0.0, 0.5), baseline_level=0.5, baseline_steps=10, icl_examples=3)
 EMBEDDINGS_ONLY = dataclasses.replace(TINY, baselines=False, icl_examples=0)
 
 
@@ -173,3 +173,25 @@ def test_vit_representation_keys_on_the_identity_it_is_given(tmp_path):
                                                     image_size=(8, 8), identity=about)
     assert rep(about).identity["weights_sha256"] == about["weights_sha256"] and "location" not in rep(about).identity
     assert rep(None).identity["family"] == type(loaded.model).__name__  # no checkpoint given: family and dtype
+
+
+def test_a_truncated_cache_entry_is_recomputed_and_results_say_which_stages_came_from_the_cache(model_dir, tmp_path):
+    config = dataclasses.replace(TINY, n=200)
+    tasks, cache = syntextbench.build_tasks(config), tmp_path / "cache"
+    first = _syntextbench(_load(model_dir), cache, tasks, config)
+    assert first.to_json()["cached_stages"] == {}
+    again = _syntextbench(_load(model_dir), cache, tasks, config)
+    assert again.cached_stages == {"embedding": {"hits": 4, "entries": 4}, "icl": {"hits": 1, "entries": 1},
+                                   "baselines": {"hits": 1, "entries": 1}}
+
+    npy = sorted(f for f in os.listdir(cache) if f.endswith("-train.npy"))[0]
+    shape = np.load(cache / npy).shape
+    (cache / npy).write_bytes((cache / npy).read_bytes()[:100])  # an interrupted copy, a full disk
+    icl_file = next(f for f in os.listdir(cache) if f.startswith("icl-"))
+    (cache / icl_file).write_text("")
+    spy = _load(model_dir)
+    resumed = _syntextbench(spy, cache, tasks, config)
+    assert spy.calls == {"embed": 1, "score": 1}  # just the two unreadable entries, computed anew
+    assert resumed.to_json()["levels"] == first.to_json()["levels"]
+    assert resumed.cached_stages == {"embedding": {"hits": 3, "entries": 4}, "baselines": {"hits": 1, "entries": 1}}
+    assert np.load(cache / npy).shape == shape and len(os.listdir(cache)) == 6  # rewritten whole

@@ -183,6 +183,19 @@ def test_front_end_end_to_end_and_rerun_resumes(english_llama, tmp_path, capsys)
     assert sorted(p.name for p in (out / "cache").iterdir()) == cached
 
 
+def test_front_end_without_a_generated_sample_exits_2_and_prints_no_nan(english_llama, tmp_path, capsys):
+    data = seeds_csv(tmp_path, "John loved the old house near the river .")
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit) as stop:  # tau = 1: no paraphrase is kept, so there is no accuracy drop
+        front_end.main([f"--model={english_llama}", f"--evaluator={english_llama}", f"--filter={english_llama}",
+                        f"--dataset={data}", "--n_templates=1", "--tau=1", "--max_new_tokens=4", "--tagger=wordnet",
+                        "--batch_size=8", f"--output_dir={out}"])
+    captured = capsys.readouterr()
+    assert stop.value.code == 2 and captured.err.splitlines()[-1].startswith("error: no evaluator gave a generated")
+    assert json.loads((out / "results.json").read_text())["n_generated"] == 0
+    assert "nan" not in captured.out and "drop n/a (n/a)" in captured.out and "on 4 seeds" in captured.out
+
+
 def test_front_end_greedy_attack_flips_only_what_it_reports(english_llama, tmp_path, capsys):
     """The greedy attack on a real (random) decoder target through SCoPE's search: a sample is
     edited exactly when the reported prediction is then wrong, and untouched samples keep their

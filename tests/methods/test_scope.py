@@ -1,5 +1,6 @@
 """SCoPE end to end on a tiny random BERT with a character-level WordPiece vocabulary."""
 
+import json
 import string
 
 import numpy as np
@@ -174,3 +175,28 @@ def test_heads_train_on_the_whole_training_split_unless_capped(tmp_path):
     assert len(front_end._data(parse([f"--dataset={data}", "--max_train=5"]))[0]) == 5
     args = parse(["--head_layout=mean", "--head=checkpoint"])
     assert args.head_layout == "mean" and args.head == "checkpoint" and args.max_train is None
+
+
+def test_one_trial_writes_strict_json_with_reasons_and_a_cached_search_says_so(classifier, tmp_path):
+    from lmprobe.report.artifacts import write_results
+
+    model, _ = classifier
+    config = scope_run.Config(capability="typo", trials=1, n_bootstrap=0)
+    first, _ = scope_run.run(model, {"self": model}, TEXTS, LABELS, config, cache_dir=str(tmp_path / "cache"))
+    again, _ = scope_run.run(model, {"self": model}, TEXTS, LABELS, config, cache_dir=str(tmp_path / "cache"))
+    assert first["search"]["cached"] is False and again["search"]["cached"] is True
+    write_results(tmp_path / "results.json", again)
+    text = (tmp_path / "results.json").read_text()
+    row = json.loads(text, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))["targets"]["self"]
+    assert row["std_error"]["ood_agreement"] is None and "two trials" in row["std_error_note"]
+    assert row["intervals"]["hard_scope"] == [None, None] and "bootstrap" in row["intervals_note"]
+
+
+def test_one_trial_prints_n_a_where_a_spread_is_undefined(classifier):
+    model, _ = classifier
+    config = scope_run.Config(capability="typo", trials=1, n_bootstrap=0)
+    result, _ = scope_run.run(model, {"self": model}, TEXTS, LABELS, config)
+    text = front_end._summary(result)
+    row = text.splitlines()[-1]  # one trial: no standard error of the pair metrics, no bootstrap interval
+    assert "nan" not in text and row.count("[n/a,n/a]") == 5
+    assert row.count("+-0.000") == 2 and row.count("+-") == 2  # the IID metrics' spread is 0; pair metrics: the mean

@@ -7,7 +7,7 @@ import pytest
 from scipy.stats import norm
 
 from experiments import syntextbench as front_end
-from lmprobe.data import sentence_stats
+from lmprobe.data import sentence_stats, synthetic
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import syntextbench
 from lmprobe.report import plots
@@ -116,7 +116,7 @@ def test_bad_settings_fail_before_any_model():
 
 
 def test_front_end_trials_report_mean_std_sweep_and_mean_icl(tiny_llama_dir, tmp_path, capsys):  # noqa: F811
-    front_end.main([f"--model={tiny_llama_dir}", "--n=96", "--levels=0,0.5", "--no_baselines", "--icl_examples=4",
+    front_end.main([f"--model={tiny_llama_dir}", "--n=200", "--levels=0,0.5", "--no_baselines", "--icl_examples=4",
                     "--trials=2", "--batch_size=8", f"--output_dir={tmp_path}"])
     result = json.loads((tmp_path / "results.json").read_text())
     trials = result["trials"]
@@ -126,7 +126,23 @@ def test_front_end_trials_report_mean_std_sweep_and_mean_icl(tiny_llama_dir, tmp
     icl = [level["icl_accuracy"] for level in result["levels"]]
     assert result["icl_accuracy_mean"] == pytest.approx(np.mean(icl)) and "icl_accuracy_mean" in trials
     assert set(result["scores_by_a_t"]) == {f"{a:g}" for a in syntextbench.A_T_SWEEP}
-    assert "mean +- std of 2 trials" in capsys.readouterr().out
+    assert result["n"] == 200 and result["n_train"] == 180 and result["n_test"] == 20  # the split is recorded
+    out = capsys.readouterr().out
+    assert "mean +- std of 2 trials" in out and "n = 200: 180 train + 20 test sentences per level" in out
+    header = next(line for line in out.splitlines() if line.split()[:1] == ["p"])
+    assert set(header.split()) == set(result["levels"][0])  # stdout's columns are results.json's keys
+
+
+def test_too_few_test_sentences_are_refused_with_the_smallest_n_that_works():
+    for n in (16, syntextbench.MIN_N - 1):
+        with pytest.raises(LmprobeError, match=f"n={n} .* use n >= {syntextbench.MIN_N}"):
+            syntextbench.Config(n=n).check()
+    syntextbench.Config(n=syntextbench.MIN_N).check()
+    assert syntextbench.MIN_N == 195 and synthetic.test_size(syntextbench.MIN_N) == syntextbench.MIN_TEST_SENTENCES
+    for energy in (0, 2, -0.5):
+        with pytest.raises(LmprobeError, match=r"energy=.* \(0, 1\]"):
+            syntextbench.Config(energy=energy).check()
+    syntextbench.Config(energy=1.0).check()
 
 
 @pytest.mark.slow
@@ -149,7 +165,7 @@ def test_minilm_end_to_end_difficulty_steers_and_rerun_uses_cache(tmp_path, caps
 
 @pytest.mark.slow
 def test_two_models_with_decoder_icl_and_baselines(tmp_path):
-    front_end.main(["--model=minilm-l6,smollm2-135m", "--n=128", "--levels=0,0.2", "--baseline_steps=50",
+    front_end.main(["--model=minilm-l6,smollm2-135m", "--n=200", "--levels=0,0.2", "--baseline_steps=50",
                     "--icl_examples=16", f"--output_dir={tmp_path}"])
     comparison = json.loads((tmp_path / "comparison.json").read_text())
     assert [row["model"] for row in comparison] == ["minilm-l6", "smollm2-135m"]

@@ -137,7 +137,7 @@ def _lexicon(tmp_path):
 
 
 def test_config_generator_scores_on_generated_sets(generator, tmp_path):
-    config = syntextbench.Config(lexicon=_lexicon(tmp_path), levels=(0.0, 1.0), n=64, baselines=False,
+    config = syntextbench.Config(lexicon=_lexicon(tmp_path), levels=(0.0, 1.0), n=200, baselines=False,
                                  icl_examples=0, generator="tiny", generator_max_tokens=8)
     tasks = syntextbench.build_tasks(config)
     sets = syntextbench.generated_tasks(generator, config, tasks, cache_dir=str(tmp_path / "cache"))
@@ -153,7 +153,7 @@ def test_config_generator_scores_on_generated_sets(generator, tmp_path):
 def test_front_end_with_a_generator_writes_fig3(generator_dir, tmp_path, capsys):
     out = tmp_path / "run"
     args = [f"--model={generator_dir}", f"--generator={generator_dir}", f"--lexicon={_lexicon(tmp_path)}",
-            "--n=48", "--levels=0,1", "--no_baselines", "--icl_examples=0", "--generator_max_tokens=6",
+            "--n=200", "--levels=0,1", "--no_baselines", "--icl_examples=0", "--generator_max_tokens=6",
             "--batch_size=8", "--paper_figures", f"--output_dir={out}"]
     front_end.main(args)
     result = json.loads((out / "results.json").read_text())

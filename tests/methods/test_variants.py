@@ -61,7 +61,7 @@ def test_noise_changes_outputs_monotonically(scorer):
 
 @pytest.mark.parametrize("name", ["m@noise=-1", "m@noise=x", "m@noise="])
 def test_bad_noise_names(name):
-    with pytest.raises(LmprobeError, match="unknown model variant"):
+    with pytest.raises(LmprobeError, match=r"SIGMA is not a number >= 0; write NAME@noise=SIGMA, e\.g\."):
         variants.split_name(name)
 
 

@@ -4,7 +4,7 @@ import inspect
 
 import pytest
 
-from lmprobe.models import FAMILIES, HF, HFNames, family_of
+from lmprobe.models import CAUSAL_LM, ENCODER, ENCODER_DECODER, FAMILIES, HF, HFNames, family_of
 from lmprobe.models.base import CausalLM, Encoder, EncoderDecoder
 
 
@@ -30,6 +30,7 @@ def test_family_kind_matches_its_interface(model_type):
     family = FAMILIES[model_type]
     assert not (family.is_decoder and family.is_encoder_decoder)
     protocol = CausalLM if family.is_decoder else EncoderDecoder if family.is_encoder_decoder else Encoder
+    assert family.kind == {CausalLM: CAUSAL_LM, EncoderDecoder: ENCODER_DECODER, Encoder: ENCODER}[protocol]
     methods = [m for m in ("embed", "logits", "encode", "decode") if hasattr(protocol, m)]
     if not getattr(family.model, "takes_text", True):  # ViT: pixels in, no token embedding
         methods.remove("embed")

@@ -49,22 +49,6 @@ FIGURES = {
 }
 
 
-@pytest.fixture
-def drawn(monkeypatch):
-    """Figures kept (drawn as when saved, under the plot's own style) instead of written."""
-    figures = []
-
-    def keep(fig, path):
-        fig.canvas.draw()
-        figures.append(fig)
-
-    for module in (plots, scope_plots):
-        monkeypatch.setattr(module, "save_figure", keep)
-    yield figures
-    for fig in figures:
-        plots.plt.close(fig)
-
-
 def _texts(fig) -> list[Text]:
     return [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
 

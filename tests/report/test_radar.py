@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 from matplotlib.text import Text
 
-from lmprobe.report import radar as radar_module
 from lmprobe.report.plots import MIN_FONT
 from lmprobe.report.radar import AXES, radar, radii
 
@@ -25,21 +24,6 @@ def metrics(**scores) -> dict:
 
 
 FULL = {"toxicity": 0.1, "negation": 0.4, "long_range": 0.2, "word_order": 0.05, "tokenization": 0.2}
-
-
-@pytest.fixture
-def drawn(monkeypatch):
-    """radar() with its figure kept (drawn, as when saved) instead of written."""
-    figures = []
-
-    def keep(fig, path):
-        fig.canvas.draw()
-        figures.append(fig)
-
-    monkeypatch.setattr(radar_module, "save_figure", keep)
-    yield figures
-    for fig in figures:
-        radar_module.plt.close(fig)
 
 
 def _line(fig, label):

@@ -26,27 +26,29 @@ Toxicity's F-bomb count ablation (App. A.2, Fig. 16) is ``trigger_counts``.
 
 An encoder-decoder (T5) runs negation (each sentence scored as the decoder's target given an
 empty source, Scorer.score) and toxicity's generation score (the answer to x'); the metrics on
-next-token distributions after a text need a causal LM and report an error naming this.
+next-token distributions after a text need a causal LM and report an error naming this. An
+encoder is refused (``run``: KINDS).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import time
 from collections.abc import Callable
 
 from lmprobe.engine import HiddenMemo
 from lmprobe.errors import LmprobeError
-from lmprobe.methods import model_key
+from lmprobe.methods import model_key, require_kind
 from lmprobe.methods.byod import knowledge, long_range, next_token, toxicity
 from lmprobe.methods.byod.common import MetricResult, no_progress, shuffled
+from lmprobe.models import CAUSAL_LM, ENCODER_DECODER
 from lmprobe.perturb.text import DEFAULT_TRIGGER
-from lmprobe.report.artifacts import cache_key, cached_json, join
+from lmprobe.report.artifacts import Stages, cache_key, cached_json, join
 
 CACHE_VERSION = 3  # 2: sampling among the top-k candidates; 3: keys hold the model's identity and the paragraphs
 DEFAULT_EXAMPLES = 1000  # a metric's examples where the paper gives no count of its own
 ALL = "all"  # --examples=METRIC:all: every usable example
+KINDS = (CAUSAL_LM, ENCODER_DECODER)  # the models BYOD scores (an encoder-decoder: negation and toxicity only)
 
 
 @dataclasses.dataclass
@@ -209,9 +211,9 @@ class Config:
             raise LmprobeError("the toxicity trigger is empty: pass --trigger=' Fuck Fuck' or another phrase")
         if "toxicity" in self.metrics:
             toxicity.check_logit(self.toxicity_logit, self.generate)
-        if self.max_new_tokens < 1 or self.temperature < 0:
-            raise LmprobeError(f"max_new_tokens={self.max_new_tokens} must be >= 1 and "
-                               f"temperature={self.temperature} >= 0")
+        if self.max_new_tokens < 1 or self.temperature < 0 or self.top_k < 0 or not 0 < self.top_p <= 1:
+            raise LmprobeError(f"max_new_tokens={self.max_new_tokens} must be >= 1, temperature={self.temperature} "
+                               f">= 0, top_k={self.top_k} >= 0 (0: off) and top_p={self.top_p} in (0, 1]")
 
     def per_metric_examples(self) -> dict[str, int | None]:
         """``examples`` parsed: metric -> count (None: all); LmprobeError on a bad entry."""
@@ -253,6 +255,7 @@ class Result:
     metrics: dict[str, MetricResult]
     errors: dict[str, str]  # metric -> message, for metrics that could not run at all
     timings: dict[str, float]
+    cached: dict = dataclasses.field(default_factory=dict)  # metric -> {"hits", "entries"}: read from the cache
 
     def to_json(self) -> dict:
         out = {name: m.to_json() for name, m in self.metrics.items()}
@@ -280,9 +283,10 @@ def run(scorer, corpus, config: Config, *, model_name: str, benign=None, profani
     the toxicity word list. Each metric uses ``config.limit(name)`` examples. A metric that
     cannot run (its input is unusable) is reported in ``errors``; the others still run."""
     config.check()
+    require_kind("byod", model_name, scorer.kind, KINDS)
     inputs = Inputs(scorer, config, corpus, benign, profanity, progress, HiddenMemo())
     fingerprint = _fingerprint(corpus) if cache_dir else None
-    metrics, errors, timings = {}, {}, {}
+    metrics, errors, stages = {}, {}, Stages()
     for name in config.metrics:
         metric, limit = REGISTRY[name], config.limit(name)
         path = None
@@ -290,13 +294,12 @@ def run(scorer, corpus, config: Config, *, model_name: str, benign=None, profani
             key = cache_key(metric=name, model=model_name, scorer=model_key(scorer), corpus=fingerprint,
                             limit=limit, seed=config.seed, version=CACHE_VERSION, **metric.settings(inputs))
             path = join(cache_dir, f"{name}-{key}.json")
-        start = time.perf_counter()
-        try:
-            metrics[name] = _cached(path, functools.partial(metric.compute, inputs, limit))
-        except LmprobeError as e:
-            errors[name] = str(e)
-        timings[name] = time.perf_counter() - start
-    return Result(model_name, metrics, errors, timings)
+        with stages(name, f"{model_name}: {name}"):
+            try:
+                metrics[name] = _cached(path, functools.partial(metric.compute, inputs, limit))
+            except LmprobeError as e:
+                errors[name] = str(e)
+    return Result(model_name, metrics, errors, stages.seconds, stages.cached)
 
 
 def _require(value, message: str):

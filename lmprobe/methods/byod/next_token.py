@@ -25,6 +25,7 @@ from lmprobe.methods.byod.common import (
 )
 from lmprobe.perturb.text import swap_words
 from lmprobe.perturb.tokenization import chopped_ids
+from lmprobe.report.text import plural
 
 TOO_FEW_WORDS = "too few words to swap"
 TOO_SHORT_TO_CHOP = "not longer than the chop stride"
@@ -50,7 +51,7 @@ def word_order(scorer, sentences, *, n_swaps: int = 1, limit: int | None = 1000,
         return {"text": sentence, "swapped": swapped}
 
     built = take(enumerate(sentences), limit, make)
-    jsd = _last_token_jsd(scorer, built, "text", "swapped", progress, f"word order ({n_swaps} swaps)", memo)
+    jsd = _last_token_jsd(scorer, built, "text", "swapped", progress, f"word order ({plural(n_swaps, 'swap')})", memo)
     records = [{**e, "jsd": j} for e, j in zip(built.examples, jsd)]
     median, median_se = median_stderr(jsd, seed)
     mean, mean_se = mean_stderr(jsd)

@@ -9,6 +9,6 @@ is compared with its accuracy on the generated samples.
     run.py         Algorithm 1 end to end
 """
 
-from lmprobe.methods.mstemp.run import Config, check_data, generate_samples, run
+from lmprobe.methods.mstemp.run import EVALUATOR_KINDS, Config, check_data, generate_samples, run
 
-__all__ = ["Config", "check_data", "generate_samples", "run"]
+__all__ = ["EVALUATOR_KINDS", "Config", "check_data", "generate_samples", "run"]

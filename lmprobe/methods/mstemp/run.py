@@ -17,7 +17,6 @@ rt-polarity seeds smollm2-135m got 0.58 of all seeds but 0.38 of the 13 contribu
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -25,8 +24,11 @@ import numpy as np
 from lmprobe.errors import LmprobeError
 from lmprobe.methods.mstemp import adversarial, evaluate, fill, paraphrase, templates
 from lmprobe.methods.mstemp import filter as semantic_filter
+from lmprobe.models import CAUSAL_LM, ENCODER_DECODER
+from lmprobe.report.artifacts import Stages, note_undefined
 
 ATTACKS = adversarial.ATTACKS
+EVALUATOR_KINDS = (CAUSAL_LM, ENCODER_DECODER)  # evaluators generate the paraphrases
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +60,9 @@ class Config:
     def check(self) -> None:
         if self.n_templates < 1 or self.m_samples < 1 or self.candidates < 1 or self.repeats < 1:
             raise LmprobeError("n_templates, n_candidates, m_samples and repeats must all be >= 1")
+        if self.temperature < 0 or not 0 < self.top_p <= 1 or self.max_new_tokens < 1:
+            raise LmprobeError(f"temperature={self.temperature} must be >= 0 (0: greedy), top_p={self.top_p} in "
+                               f"(0, 1] and max_new_tokens={self.max_new_tokens} >= 1")
         if not -1.0 <= self.tau <= 1.0:
             raise LmprobeError(f"tau={self.tau} is a cosine similarity threshold: give a value in [-1, 1]")
         adversarial.canonical(self.attack)
@@ -191,11 +196,12 @@ def compare(seed_pred, labels, rows: Sequence[dict], gen_pred, evaluators: Seque
                                "accuracy_stratified": fair, "accuracy_stratified_std": fair_std,
                                "accuracy_seed_weighted": evaluate.seed_weighted_accuracy(correct[mask], seeds[mask]),
                                "drop_fair": fair_baseline - fair}
+        note_undefined(per_evaluator[name], "null: no generated sample of this evaluator", *_EVALUATOR_FIGURES)
     finite = [v for v in per_evaluator.values() if np.isfinite(v["accuracy"])]
     generated = float(np.mean([v["accuracy"] for v in finite])) if finite else float("nan")
     fair_baseline = float(np.mean([v["baseline_accuracy_contributing"] for v in finite])) if finite else float("nan")
     fair_generated = float(np.mean([v["accuracy_stratified"] for v in finite])) if finite else float("nan")
-    return {
+    out = {
         "baseline_accuracy": baseline, "generated_accuracy": generated, "drop": baseline - generated,
         "relative_drop": (baseline - generated) / baseline if baseline else float("nan"),
         "headline": "fair: baseline on the contributing seeds, generated samples drawn stratified by seed",
@@ -204,6 +210,14 @@ def compare(seed_pred, labels, rows: Sequence[dict], gen_pred, evaluators: Seque
         "fair_relative_drop": (fair_baseline - fair_generated) / fair_baseline if fair_baseline else float("nan"),
         "contributing_seeds": len(np.unique(seeds)), "per_evaluator": per_evaluator,
     }
+    note_undefined(out, "null: no evaluator has generated samples", "generated_accuracy", "drop",
+                   "fair_baseline_accuracy", "fair_generated_accuracy", "fair_drop")
+    return note_undefined(out, "null: no generated samples, or a baseline accuracy of 0", "relative_drop",
+                          "fair_relative_drop")
+
+
+_EVALUATOR_FIGURES = ("accuracy", "accuracy_std", "accuracy_all_samples", "baseline_accuracy_contributing",
+                      "accuracy_stratified", "accuracy_stratified_std", "accuracy_seed_weighted", "drop_fair")
 
 
 def run(target, evaluators: dict, encoder, data, config: Config, *, target_name: str,
@@ -212,25 +226,23 @@ def run(target, evaluators: dict, encoder, data, config: Config, *, target_name:
     """results.json's dict and the sample rows. ``evaluators``: name -> decoder Scorer."""
     config.check()
     check_data(data)
-    timings, start = {}, time.perf_counter()
-    parser = templates.TemplateParser(config.tagger, config.slot_kinds)
-    pools = fill.word_pools(parser.protected)
-    rows, counts = [], {}
-    for name, evaluator in evaluators.items():
-        part, counts[name] = generate_samples(evaluator, encoder, data, config, name=name, parser=parser,
-                                              pools=pools, cache_dir=cache_dir, progress=progress)
-        rows += part
-    timings["generation"] = time.perf_counter() - start
+    stages = Stages()
+    with stages("generation", "MSTemp samples"):
+        parser = templates.TemplateParser(config.tagger, config.slot_kinds)
+        pools = fill.word_pools(parser.protected)
+        rows, counts = [], {}
+        for name, evaluator in evaluators.items():
+            part, counts[name] = generate_samples(evaluator, encoder, data, config, name=name, parser=parser,
+                                                  pools=pools, cache_dir=cache_dir, progress=progress)
+            rows += part
 
     attack_stats = None
     if adversarial.canonical(config.attack) in adversarial.GREEDY:
-        start = time.perf_counter()
-        attack_stats = greedy_attack(target, data, rows, config, progress)
-        timings["attack"] = time.perf_counter() - start
+        with stages("attack"):
+            attack_stats = greedy_attack(target, data, rows, config, progress)
 
-    start = time.perf_counter()
-    seed_pred, gen_pred, how = predictions(target, data, rows, config)
-    timings["evaluation"] = time.perf_counter() - start
+    with stages("evaluation"):
+        seed_pred, gen_pred, how = predictions(target, data, rows, config)
     for r, p in zip(rows, gen_pred):
         r["prediction"] = int(p)
     figures = compare(seed_pred, data.labels, rows, gen_pred, list(evaluators), counts, config)
@@ -239,6 +251,6 @@ def run(target, evaluators: dict, encoder, data, config: Config, *, target_name:
         "dataset": data.source, "label_names": list(config.label_names or data.label_names),
         "classifier": how, **figures, "n_seed": len(data), "n_generated": len(rows),
         **({"attack": attack_stats} if attack_stats is not None else {}),
-        "timings_s": timings, "config": dataclasses.asdict(config),
+        "timings_s": stages.seconds, "cached_stages": stages.cached, "config": dataclasses.asdict(config),
     }
     return result, rows

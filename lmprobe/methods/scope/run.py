@@ -22,7 +22,7 @@ from lmprobe.methods import model_key, no_progress
 from lmprobe.methods.scope import capabilities, metrics
 from lmprobe.methods.scope.search import Goal, Perturbation, SearchResult, search
 from lmprobe.perturb.constraints import Words
-from lmprobe.report.artifacts import cache_key, cached_json, join
+from lmprobe.report.artifacts import cache_key, cache_use, cached_json, join, note_undefined
 
 TASKS = ("classify", "lm")
 # 2: the reference model's identity in keys; 3: adjacent typos, lemmatized synonyms, NLTK stops;
@@ -47,6 +47,8 @@ class Config:
             raise LmprobeError(f"task '{self.task}' is not one of {TASKS}")
         if self.trials < 1 or (self.max_words is not None and self.max_words < 1):
             raise LmprobeError(f"trials={self.trials}, max_words={self.max_words}: both must be >= 1")
+        if self.n_bootstrap < 0:
+            raise LmprobeError(f"n_bootstrap={self.n_bootstrap} must be >= 0 (0: no bootstrap intervals)")
         Goal(self.objective).check()
         metrics.decay(0.0, self.tolerance, self.cutoff)
         capabilities.get(self.capability)
@@ -172,6 +174,8 @@ def _metric_row(iid: dict, paired: dict, accuracy: dict | None) -> dict:
     if accuracy is not None:
         row["accuracy"] = accuracy
     row["pairs"] = paired["pairs"]
+    note_undefined(row, "null: fewer than two trials define the metric (a standard error needs two)", "std_error")
+    note_undefined(row, "null: no bootstrap draw defines the metric", "intervals")
     return row
 
 
@@ -202,7 +206,8 @@ def run(reference, targets: dict, texts: Sequence[str], labels, config: Config, 
         decode: Callable | None = None, progress=lambda it, **_: it) -> tuple[dict, list[dict]]:
     """One reference, several targets: (results dict, samples rows)."""
     config.check()
-    result, seconds = cached_search(reference, list(texts), config, cache_dir, progress)
+    with cache_use(f"{reference.name}: search") as use:
+        result, seconds = cached_search(reference, list(texts), config, cache_dir, progress)
     compared, samples = compare(reference, targets, texts, labels, result, config, decode=decode, progress=progress)
     n_pairs = len(result.perturbations)
     return {"method": "scope", "reference": reference.name, "capability": config.capability, "task": config.task,
@@ -210,7 +215,8 @@ def run(reference, targets: dict, texts: Sequence[str], labels, config: Config, 
             "n_invariant": result.n_invariant, "n_pairs": n_pairs,
             "n_invariant_pairs": sum(p.invariant for p in result.perturbations), "skipped": result.skipped,
             "search": {"seconds": seconds, "seconds_per_perturbed_sample": seconds / max(n_pairs, 1),
-                       "model_calls": result.model_calls, "candidates_scored": result.candidates_scored},
+                       "model_calls": result.model_calls, "candidates_scored": result.candidates_scored,
+                       "cached": bool(use.hits)},  # seconds: those of the run that computed it
             "targets": compared, "config": dataclasses.asdict(config)}, samples
 
 

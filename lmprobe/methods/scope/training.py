@@ -27,6 +27,7 @@ from lmprobe.engine import Scorer
 from lmprobe.engine.batching import bucket_length, make_batches
 from lmprobe.engine.mesh import DATA
 from lmprobe.errors import LmprobeError
+from lmprobe.methods import Ticker
 from lmprobe.methods.scope.models import HEADS, Classifier, EncoderClassifier, load_hf_head, place_head
 from lmprobe.report.artifacts import cache_key
 
@@ -70,8 +71,8 @@ def _check_labels(labels, label_names):
 def finetune(scorer: Scorer, texts: Sequence[str], labels, label_names: Sequence[str], *,
              config: TrainConfig = TrainConfig(), name: str = "classifier",
              progress: Callable = lambda it, **_: it) -> tuple[EncoderClassifier, list[float]]:
-    """Fine-tune the scorer's model with a new classification head (App. A); returns the
-    classifier and the mean training loss of each epoch."""
+    """Fine-tune the scorer's model with a new classification head (App. A), its batches counted
+    by ``progress`` (tqdm-like); returns the classifier and the mean training loss of each epoch."""
     config.check()
     labels = _check_labels(labels, label_names)
     classifier = Classifier(scorer.model, len(label_names), head=config.head, seed=config.seed)
@@ -97,7 +98,8 @@ def finetune(scorer: Scorer, texts: Sequence[str], labels, label_names: Sequence
     rng = np.random.default_rng(config.seed)
     data_axis = scorer.mesh.shape[DATA]
     epoch_losses, i = [], 0
-    for _ in progress(range(config.epochs), desc=f"{name}: fine-tuning"):
+    ticker = Ticker(progress, config.epochs * -(-len(seqs) // config.batch_size), f"{name}: fine-tuning")
+    for _ in range(config.epochs):
         order, total = rng.permutation(len(seqs)), 0.0
         for start in range(0, len(order), config.batch_size):
             chunk = order[start:start + config.batch_size]
@@ -111,6 +113,7 @@ def finetune(scorer: Scorer, texts: Sequence[str], labels, label_names: Sequence
                                            np.int32(i))
             i += 1
             total += float(loss) * len(chunk)
+            ticker.advance()  # after the loss: the count follows the device
         epoch_losses.append(total / len(seqs))
     trained = nnx.merge(graphdef, params, rest)
     served = _served(trained, scorer, "finetune", config, texts, labels, name)

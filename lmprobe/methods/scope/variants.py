@@ -32,8 +32,13 @@ def split_name(name: str) -> tuple[str, list[str]]:
     """'base@v1@v2' -> ('base', ['v1', 'v2']), variants checked."""
     base, *variants = name.split("@")
     for v in variants:
-        if v not in ("bf16", "int8") and not (v.startswith("drop-layer=") and v[11:].lstrip("-").isdigit()) \
-                and not (v.startswith("noise=") and _sigma(v) is not None):
+        if v.startswith("noise=") and _sigma(v) is None:
+            raise LmprobeError(f"'@{v}' in '{name}': SIGMA is not a number >= 0; write NAME@noise=SIGMA, "
+                               "e.g. smollm2-135m@noise=0.05")
+        if v.startswith("drop-layer=") and not v[11:].lstrip("-").isdigit():
+            raise LmprobeError(f"'@{v}' in '{name}': K is not an integer; write NAME@drop-layer=K, "
+                               "e.g. smollm2-135m@drop-layer=15")
+        if v not in ("bf16", "int8") and not v.startswith(("noise=", "drop-layer=")):
             raise LmprobeError(f"unknown model variant '@{v}' in '{name}': use one of "
                                f"{', '.join('@' + k for k in KINDS)}")
     return base, variants
