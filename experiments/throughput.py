@@ -16,6 +16,7 @@ prints and writes results.json into --output_dir.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 import re
 import time
@@ -127,11 +128,11 @@ def bench_generate(scorer: Scorer, batch: int, prompt: int, new: int, repeats: i
 
 def torch_reference(name: str, **resolve_kwargs):
     """transformers' PyTorch model of the same weights in float32, or None without torch."""
-    try:
-        import torch
-        from transformers import AutoModelForCausalLM
-    except ImportError:
+    if importlib.util.find_spec("torch") is None:  # a user's install: never try to import it
         return None
+    import torch
+    from transformers import AutoModelForCausalLM
+
     from lmprobe.checkpoints.resolve import resolve
 
     ckpt = resolve(name, **resolve_kwargs)
