@@ -175,8 +175,8 @@ def test_decode_matches_transformers(real):
 def test_chat_template_matches_transformers(real):
     name, ours, ref = real
     assert ours.chat_template == ref.chat_template
-    if not ref.chat_template:
-        pytest.skip(f"{name}'s GGUF file has no chat template")
+    if not ref.chat_template:  # gemma3-270m (a base model) has none: neither side may invent one
+        return
     kwargs = {"add_generation_prompt": True}
     text = ours.apply_chat_template(CONVERSATION, tokenize=False, **kwargs)
     assert text == ref.apply_chat_template(CONVERSATION, tokenize=False, **kwargs) and "Thanks!" in text
