@@ -470,11 +470,11 @@ def _setup(config_or_name, dtype, mesh, strategy, max_length, offline, revision=
     planner = _Planner(hf, dtype, source)
     mesh = mesh if mesh is not None else make_mesh()
     context = planner.max_length
-    if max_length is not None and not 1 <= max_length <= (context or max_length):
-        raise LmprobeError(f"--max_length={max_length}: " + (f"the model's context is {context} tokens: pass 1 to "
-                                                              f"{context}" if context else "pass at least 1"))
     name = os.fspath(config_or_name) if not isinstance(config_or_name, dict) else (
         config_or_name.get("_name_or_path") or config_or_name["model_type"])
+    if max_length is not None and not 1 <= max_length <= (context or max_length):
+        raise LmprobeError(f"--max_length={max_length}: " + (f"{name}'s context is {context} tokens: pass 1 to "
+                                                              f"{context}" if context else "pass at least 1"))
     return planner, mesh, int(context if max_length is None else max_length), name, source
 
 

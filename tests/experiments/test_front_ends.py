@@ -235,9 +235,9 @@ ENCODER = "'minilm-l6' is an encoder: give a causal LM such as smollm2-135m"
     ("syntextbench", ["--icl_examples=-1"], "icl_examples=-1 must be >= 0"),
     ("syntextbench", ["--generator=minilm-l6", "--n=200"], "syntextbench --generator (A.2) needs a causal LM; "
                                                            + ENCODER),
-    ("plan", ["--max_length=-1"], "--max_length=-1: the model's context is 2048 tokens: pass 1 to 2048"),
-    ("plan", ["--max_length=0"], "--max_length=0: the model's context is 2048 tokens"),
-    ("plan", ["--max_length=4096"], "--max_length=4096: the model's context is 2048 tokens"),
+    ("plan", ["--max_length=-1"], "--max_length=-1: opt-13b's context is 2048 tokens: pass 1 to 2048"),
+    ("plan", ["--max_length=0"], "--max_length=0: opt-13b's context is 2048 tokens"),
+    ("plan", ["--max_length=4096"], "--max_length=4096: opt-13b's context is 2048 tokens"),
     ("plan", ["--max_tokens=0"], "argument --max_tokens: give an integer >= 1, not 0"),
     ("byod", ["--model=minilm-l6"], "byod needs a causal LM or an encoder-decoder; " + ENCODER),
     ("byod", ["--model=smollm2-135m@noise=abc"], "'@noise=abc' in 'smollm2-135m@noise=abc': SIGMA is not a number "
