@@ -19,6 +19,7 @@ import re
 from lmprobe.checkpoints import pickle_io
 from lmprobe.checkpoints.base import read_weight_map
 from lmprobe.checkpoints.embedded import EMBEDDED
+from lmprobe.checkpoints.gguf_tokenizer import BUILDER_VERSION
 from lmprobe.checkpoints.ladder import ASSETS
 from lmprobe.checkpoints.tokenizer import TOKENIZER_FILES
 
@@ -99,9 +100,10 @@ def _fingerprint(path: str, size: int, mtime_ns: int, whole: bool) -> str:
 
 
 def _tokenizer_digest(location: str) -> str | None:
-    """The tokenizer files of a directory (a GGUF file's vocabulary is in its weights digest)."""
+    """The tokenizer files of a directory; for a GGUF file (its vocabulary is in its weights digest),
+    the version of lmprobe's builder that makes a tokenizer of that vocabulary."""
     if not os.path.isdir(location):
-        return None
+        return f"lmprobe-gguf-tokenizer-{BUILDER_VERSION}" if location.lower().endswith(".gguf") else None
     found = [os.path.join(location, n) for n in TOKENIZER_FILES if os.path.isfile(os.path.join(location, n))]
     return _digest([(os.path.basename(f), file_digest(f, whole=True)) for f in found]) if found else None
 

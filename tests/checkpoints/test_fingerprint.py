@@ -31,6 +31,13 @@ def test_a_directory_identity_follows_its_weights_config_and_tokenizer(tmp_path)
     assert identity(resolve(path))["tokenizer_sha256"] is not None
 
 
+def test_a_gguf_identity_names_the_tokenizer_builder():
+    """A GGUF file's tokenizer is built by lmprobe: a new builder must not reuse caches made with the old one."""
+    from lmprobe.checkpoints.gguf_tokenizer import BUILDER_VERSION
+
+    assert identity(resolve("smollm2-135m"))["tokenizer_sha256"] == f"lmprobe-gguf-tokenizer-{BUILDER_VERSION}"
+
+
 def test_same_size_same_mtime_but_other_bytes_still_differ(tmp_path):
     path, digests = str(tmp_path / "w.bin"), []
     for content in (b"a" * 10, b"b" * 10):
