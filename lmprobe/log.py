@@ -108,7 +108,7 @@ class Progress:
         self.done, self.start = 0, None
 
     def __len__(self) -> int:
-        return self.total
+        return self.total if self.total is not None else len(self.iterable)  # as tqdm: a TypeError without one
 
     def __iter__(self):
         self.done, self.start = 0, self.clock()

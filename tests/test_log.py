@@ -91,7 +91,7 @@ def test_progress_left_early_stops_its_timer(lines):
 def test_progress_without_a_total_and_durations():
     assert log.duration(4.25) == "4.2s" and log.duration(185) == "3m05s" and log.duration(7620) == "2h07m"
     stream = iter(x for x in "ab")  # no len()
-    bar = log.Progress(stream, desc="gen", interval=0, clock=Clock())
+    bar = log.Progress(stream, desc="gen", interval=60, clock=Clock())
     assert bar.total is None and list(bar) == ["a", "b"]
 
 

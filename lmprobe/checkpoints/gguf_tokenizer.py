@@ -13,7 +13,7 @@ the special ids, ``.add_bos_token`` / ``.add_eos_token`` / ``.add_space_prefix``
   ``add_space_prefix`` (default true) says so, as llama.cpp and the original Llama tokenizer do.
 - ``llama`` under a Gemma architecture: the same, with Gemma's two fixes: tokens of several
   spaces respelled with U+2581, and merges rebuilt in file order (Gemma files store none).
-- ``bert``: WordPiece (``bert_gguf_tokenizer``).
+- ``bert``: WordPiece (``wordpiece_tokenizer``).
 
 CONTROL tokens become special added tokens, USER_DEFINED ones plain added tokens, as transformers
 does. An unknown kind or pre type is a CheckpointError: llama.cpp refuses such a file too.
@@ -289,11 +289,6 @@ def merges_from_scores(tokens: list[str], scores: list[float]) -> list[tuple[str
 
 BERT_SPECIALS = {"unk_token": "[UNK]", "sep_token": "[SEP]", "pad_token": "[PAD]", "cls_token": "[CLS]",
                  "mask_token": "[MASK]"}
-
-
-def bert_gguf_tokenizer(path: str):
-    """A BERT WordPiece tokenizer from a llama.cpp BERT-family GGUF file (see ``wordpiece_tokenizer``)."""
-    return wordpiece_tokenizer(read_vocab(path))
 
 
 def wordpiece_tokenizer(vocab: GGUFVocab):
