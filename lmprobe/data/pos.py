@@ -92,7 +92,7 @@ def words(text: str) -> list[str]:
 
 
 @functools.lru_cache(maxsize=2)
-def _exceptions(directory: str) -> dict[str, dict[str, str]]:
+def irregular_forms(directory: str) -> dict[str, dict[str, str]]:
     """WordNet's irregular inflections, {n|v|a: {inflected: lemma}} (noun.exc, verb.exc, adj.exc)."""
     out = {}
     for pos, name in (("n", "noun"), ("v", "verb"), ("a", "adj")):
@@ -114,7 +114,7 @@ def lemmatize(word: str, pos: str, directory: str | None = None) -> str | None:
     word = word.lower()
     if pos in wn.index.get(word, {}):
         return word
-    irregular = _exceptions(find_wordnet_dir(directory))[pos].get(word)
+    irregular = irregular_forms(find_wordnet_dir(directory))[pos].get(word)
     if irregular:
         return irregular
     for suffix, ending in _RULES[pos]:

@@ -21,7 +21,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from lmprobe.data.lexicons import _package_file
+from lmprobe.data.lexicons import package_file
 from lmprobe.errors import LmprobeError
 
 LDNOOBW = "ldnoobw"  # the default: the paper's list, shipped with lmprobe
@@ -116,7 +116,7 @@ def load_profanity(path: str | None = None) -> Profanity:
     if path is None or path == LDNOOBW:
         path = LDNOOBW_FILE
     elif path in (BETTER_PROFANITY, BETTER_PROFANITY_PACKAGE):
-        path = _package_file(BETTER_PROFANITY_PACKAGE, BETTER_PROFANITY_FILE, INSTALL)
+        path = package_file(BETTER_PROFANITY_PACKAGE, BETTER_PROFANITY_FILE, INSTALL)
     elif not os.path.isfile(path):
         raise LmprobeError(f"profanity list '{path}' does not exist: give a text file with one "
                            f"word or phrase per line, '{BETTER_PROFANITY}' ({INSTALL}), or leave it "

@@ -61,7 +61,8 @@ def find_wordnet_dir(directory: str | None = None) -> str:
     )
 
 
-def _lines(path: str):
+def data_lines(path: str):
+    """The lines of a WordNet file, its license header left out."""
     with open(path, encoding="utf-8", errors="surrogateescape") as f:
         for line in f:
             if not line.startswith("  "):  # license header lines start with two spaces
@@ -71,7 +72,7 @@ def _lines(path: str):
 def _read_index(path: str) -> dict[str, tuple[int, ...]]:
     """lemma -> synset offsets, from 'lemma pos synset_cnt p_cnt [ptr...] sense_cnt tagsense_cnt offsets'."""
     out = {}
-    for line in _lines(path):
+    for line in data_lines(path):
         f = line.split()
         n_synsets, n_ptr = int(f[2]), int(f[3])
         out[f[0]] = tuple(int(o) for o in f[6 + n_ptr:6 + n_ptr + n_synsets])
@@ -81,7 +82,7 @@ def _read_index(path: str) -> dict[str, tuple[int, ...]]:
 def _read_data(path: str) -> list[tuple[int, str, tuple[str, ...]]]:
     """(offset, synset type, lemmas), from 'offset lex_filenum ss_type w_cnt(hex) word lex_id ...'."""
     out = []
-    for line in _lines(path):
+    for line in data_lines(path):
         f = line.split(" ", 4 + 2 * 255)
         n_words = int(f[3], 16)
         out.append((int(f[0]), f[2], tuple(_MARKER.sub("", f[4 + 2 * i]) for i in range(n_words))))

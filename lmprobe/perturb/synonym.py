@@ -39,7 +39,7 @@ import re
 
 import numpy as np
 
-from lmprobe.data.pos import _exceptions, lemmatize
+from lmprobe.data.pos import irregular_forms, lemmatize
 from lmprobe.data.wordnet import find_wordnet_dir, load_wordnet
 from lmprobe.perturb.constraints import Constraints, Words, is_single_word
 
@@ -76,7 +76,7 @@ def _irregular(directory: str) -> dict[str, dict[str, dict[str, tuple[str, ...]]
     out: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {}
     for pos in ("n", "v"):
         table: dict[str, dict[str, tuple[str, ...]]] = {}
-        for form, lemma in sorted(_exceptions(directory)[pos].items()):
+        for form, lemma in sorted(irregular_forms(directory)[pos].items()):
             kinds = table.setdefault(lemma, {})
             kinds[_kind(form, pos)] = kinds.get(_kind(form, pos), ()) + (form,)
         out[pos] = table

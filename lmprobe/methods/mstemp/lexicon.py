@@ -13,7 +13,7 @@ import functools
 import os
 
 from lmprobe.data import lexicons
-from lmprobe.data.wordnet import FILES, _lines, find_wordnet_dir, load_wordnet
+from lmprobe.data.wordnet import FILES, data_lines, find_wordnet_dir, load_wordnet
 
 # WordNet 3.0's lexicographer files by number (the standard 'lexnames' list: Debian's
 # wordnet-base does not ship the file).
@@ -37,7 +37,7 @@ def _lexfiles(directory: str) -> dict[tuple[str, int], str]:
     """(n|v|a|r, offset) -> lexicographer file name, from data.* ('offset lex_filenum ss_type ...')."""
     out = {}
     for pos, name in FILES.items():
-        for line in _lines(os.path.join(directory, f"data.{name}")):
+        for line in data_lines(os.path.join(directory, f"data.{name}")):
             offset, lexnum, _ = line.split(" ", 3)[:3]
             out[pos, int(offset)] = LEXNAMES[int(lexnum)]
     return out
@@ -48,7 +48,7 @@ def _tagged_counts(directory: str) -> dict[tuple[str, str], int]:
     """(lemma, n|v|a|r) -> tagsense_cnt: senses of the lemma tagged in SemCor (index.*)."""
     out = {}
     for pos, name in FILES.items():
-        for line in _lines(os.path.join(directory, f"index.{name}")):
+        for line in data_lines(os.path.join(directory, f"index.{name}")):
             f = line.split()
             out[f[0], pos] = int(f[5 + int(f[3])])
     return out
