@@ -39,9 +39,9 @@ from experiments.cli import log, main_guard, output_dir, progress, say
 from lmprobe.data.labelled import DEFAULT, evaluation_split, load_labelled, named_dataset
 from lmprobe.errors import LmprobeError
 from lmprobe.methods.scope import capabilities, metrics, models, training, variants
+from lmprobe.methods.scope import plots as scope_plots
 from lmprobe.methods.scope import run as scope_run
 from lmprobe.models import CAUSAL_LM
-from lmprobe.report import scope_plots
 from lmprobe.report.artifacts import join, write_jsonl
 from lmprobe.report.text import estimate, number, plural
 

@@ -3,7 +3,8 @@
 import matplotlib.pyplot as plt
 import pytest
 
-from lmprobe.report import plots, radar, scope_plots
+from lmprobe.methods.scope import plots as scope_plots
+from lmprobe.report import plots, radar
 
 
 @pytest.fixture

@@ -3,5 +3,6 @@
 capabilities (transformation + constraints), search (goal function + batched greedy search),
 models (classifier / zero-shot / next-token / black-box views of a model), training
 (fine-tuning, linear probes), variants (bf16 / int8 / layer-drop model variants), metrics
-(accuracy gap, agreements, Hard-/Soft-SCoPE with bootstrap intervals), run (end to end).
+(accuracy gap, agreements, Hard-/Soft-SCoPE with bootstrap intervals), run (end to end), plots
+(the paper's figures).
 """
