@@ -136,7 +136,7 @@ def engine() -> dict:
     out.update({f"score/{i}": r for i, r in enumerate(s.token_logprobs)})
     a, b = dec.score_pairs(TEXTS, OTHER)
     out.update({f"pairs/{i}": r for i, r in enumerate(a.token_logprobs + b.token_logprobs)})
-    stats = dec.next_token_stats(TEXTS, [[-1, 1]] * 4, OTHER, [[-1, 0]] * 4, token_set=[5, 17, 300], top_k=3,
+    stats = dec.next_token_stats(TEXTS, [[-1, 0]] * 4, OTHER, [[-1, 0]] * 4, token_set=[5, 17, 300], top_k=3,
                                  memo=HiddenMemo())
     out.update({f"stats/{k}/{i}": v for k, vs in stats.items() for i, v in enumerate(vs)})
     for pooling in ("mean", "last", "first_last_avg"):
