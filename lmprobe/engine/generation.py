@@ -106,3 +106,9 @@ def generate(model, ids, mask, index, seed, temperature, top_p, eos, allowed=Non
 
     tokens = decode_loop(advance, first, (out.cache, slots), eos, max_new_tokens)
     return (tokens, out.last_hidden_state) if prompt_hidden else tokens
+
+
+def until_eos(row, eos: int) -> list[int]:
+    """The ids of a generated ``row`` up to and with its first ``eos`` (all of them when it has none)."""
+    row = [int(t) for t in row]
+    return row[:row.index(eos) + 1] if eos in row else row

@@ -1,4 +1,4 @@
-"""Pairs of sequences packed into one row each, their shared prefix computed once.
+"""Packers: pairs of sequences, or a context's continuations, in one row each, the shared start computed once.
 
 A pair a = p + sa, b = p + sb (p their longest common prefix) becomes the row [p | sa | sb]:
 sb's tokens take the positions that follow p and see p and themselves, never sa. The pair costs
@@ -6,6 +6,9 @@ sb's tokens take the positions that follow p and see p and themselves, never sa.
 and its negation: everything up to "is" once). Pairs with no common prefix are packed the same
 way (two sequences in one row); a pair whose row would be longer than ``limit`` (the context)
 gets one row per sequence, and an input given as None (its states are known) gets none.
+
+``pack_continuations`` packs lm-eval's (context, continuation) requests the same way: every
+continuation of one context shares a row with the context, which runs once.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
+
+from lmprobe.errors import LmprobeError
 
 PREFIX, FIRST, SECOND, PADDING = 0, 1, 2, -1
 
@@ -63,6 +68,76 @@ def pack_pairs(a: Sequence[Sequence[int] | None], b: Sequence[Sequence[int] | No
     placed = placed_a + placed_b
     return Packed(rows, segments, positions, np.asarray([r for r, _ in placed], np.int64),
                   [s for _, s in placed])
+
+
+@dataclasses.dataclass(frozen=True)
+class ContinuationRow:
+    """A context and some of its continuations in one row: the context but its last token
+    (PREFIX), then for each continuation (segment 1, 2, ...) the context's last token and the
+    continuation but its last token, at the positions that follow the context. Slot
+    ``start + k`` predicts ``targets[k]``, the continuations' tokens one after another."""
+
+    ids: list[int]
+    segments: np.ndarray
+    positions: np.ndarray
+    targets: np.ndarray
+    start: int
+
+    @classmethod
+    def of(cls, context: tuple[int, ...], continuations: list[tuple[int, ...]]) -> ContinuationRow:
+        start = len(context) - 1  # the context's last token opens every segment: one target per slot
+        ids, segments, positions = list(context[:-1]), [PREFIX] * start, list(range(start))
+        for segment, continuation in enumerate(continuations, 1):
+            ids += [context[-1], *continuation[:-1]]
+            segments += [segment] * len(continuation)
+            positions += range(start, start + len(continuation))
+        targets = [t for continuation in continuations for t in continuation]
+        return cls(ids, np.asarray(segments, np.int32), np.asarray(positions, np.int32),
+                   np.asarray(targets, np.int32), start)
+
+
+@dataclasses.dataclass(frozen=True)
+class Continuations:
+    """Rows to run for (context, continuation) pairs; pair i's continuation is scored by targets
+    ``offset[i] .. offset[i] + length[i]`` of row ``row[i]`` (an empty continuation: row -1)."""
+
+    rows: list[ContinuationRow]
+    row: np.ndarray
+    offset: np.ndarray
+    length: np.ndarray
+
+
+def pack_continuations(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], limit: int) -> Continuations:
+    """Rows for (context ids, continuation ids) pairs, as lm-eval's HF backend reads them: context
+    + continuation cut on the left to ``limit`` + 1 tokens. The distinct continuations of one
+    context share rows of at most ``limit`` tokens, in order."""
+    keys, groups = [], {}
+    for context, continuation in pairs:
+        if len(continuation) > limit:
+            raise LmprobeError(f"a continuation of {len(continuation)} tokens does not fit the context of "
+                               f"{limit}: shorten the task's targets or raise max_length")
+        whole = (list(context) + list(continuation))[-(limit + 1):]
+        key = (tuple(whole[:len(whole) - len(continuation)]), tuple(continuation))
+        groups.setdefault(key[0], {})[key[1]] = None  # distinct continuations, in order
+        keys.append(key)
+    rows, where = [], {}
+    for context, continuations in groups.items():  # as many continuations per row as fit ``limit``
+        chunks, size = [[]], len(context) - 1
+        for continuation in filter(None, continuations):
+            if chunks[-1] and size + len(continuation) > limit:
+                chunks.append([])
+                size = len(context) - 1
+            chunks[-1].append(continuation)
+            size += len(continuation)
+        for chunk in filter(None, chunks):
+            offset = 0
+            for continuation in chunk:
+                where[context, continuation] = (len(rows), offset)
+                offset += len(continuation)
+            rows.append(ContinuationRow.of(context, chunk))
+    placed = [where.get(key, (-1, 0)) for key in keys]
+    return Continuations(rows, np.asarray([r for r, _ in placed], np.int64), np.asarray([o for _, o in placed],
+                         np.int64), np.asarray([len(c) for _, c in keys], np.int64))
 
 
 def padded(values: list[np.ndarray], indices, shape, fill) -> np.ndarray:

@@ -22,8 +22,6 @@ from __future__ import annotations
 import json
 import sys
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 try:
@@ -37,15 +35,13 @@ except ImportError as e:  # lm-eval is an optional extra
 
     raise ImportError(LM_EVAL_MISSING) from e
 
-import kernels
 from lmprobe import log
-from lmprobe.engine import Scorer
+from lmprobe.engine import Scorer, steps
 from lmprobe.engine.batching import restore
-from lmprobe.engine.packing import PADDING, PREFIX, padded, visibility
+from lmprobe.engine.packing import PADDING, pack_continuations, padded
 from lmprobe.errors import LmprobeError
 
 _log = log.get(__name__)
-_HEAD_CHUNK = 32  # scored slots per LM-head slice
 FIRST_ROUND = 32  # new tokens in generate_until's first round; each later round doubles
 IGNORED_ARGS = ("device", "max_batch_size")  # lm-eval passes these to every backend; JAX picks devices
 
@@ -54,93 +50,38 @@ def score_continuations(scorer: Scorer, pairs, max_length: int) -> list[tuple[fl
     """(ln p(continuation | context), whether greedy decoding yields the continuation) for (context ids,
     continuation ids) pairs, as lm-eval's HF backend computes them: context + continuation cut on the left
     to ``max_length`` + 1 tokens. Continuations of one context share packed rows of at most ``max_length``
-    tokens; the LM head runs only at the slots that predict a continuation token."""
-    scorer._require_decoder("lm-eval's loglikelihood")
-    groups, keys = {}, []
-    for context, continuation in pairs:
-        if len(continuation) > max_length:
-            raise LmprobeError(f"a continuation of {len(continuation)} tokens does not fit the context of "
-                               f"{max_length}: shorten the task's targets or raise max_length")
-        whole = (list(context) + list(continuation))[-(max_length + 1):]
-        key = (tuple(whole[:len(whole) - len(continuation)]), tuple(continuation))
-        groups.setdefault(key[0], {})[key[1]] = None  # distinct continuations, in order
-        keys.append(key)
-    rows, segments, positions, targets, starts, where = [], [], [], [], [], {}
-
-    def add_row(context, continuations):
-        start = len(context) - 1  # the context's last token opens every segment: one target per slot
-        ids, seg, pos, tgt = list(context[:-1]), [PREFIX] * start, list(range(start)), []
-        for segment, cont in enumerate(continuations, 1):
-            where[context, cont] = (len(rows), len(tgt), len(cont))
-            ids += [context[-1], *cont[:-1]]
-            seg += [segment] * len(cont)
-            pos += range(start, start + len(cont))
-            tgt += cont
-        rows.append(ids), segments.append(np.asarray(seg, np.int32)), positions.append(np.asarray(pos, np.int32))
-        targets.append(np.asarray(tgt, np.int32)), starts.append(start)
-
-    for context, continuations in groups.items():  # as many continuations per row as fit max_length
-        row, size = [], len(context) - 1
-        for cont in filter(None, continuations):
-            if row and size + len(cont) > max_length:
-                add_row(context, row)
-                row, size = [], len(context) - 1
-            row.append(cont)
-            size += len(cont)
-        if row:
-            add_row(context, row)
-    per_row = []
+    tokens (lmprobe.engine.packing.pack_continuations); the LM head runs only at the slots that predict a
+    continuation token."""
+    scorer.require_decoder("lm-eval's loglikelihood")
+    packed = pack_continuations(pairs, max_length)
+    rows, runner, per_row = packed.rows, scorer.runner, []
     if rows:
-        packed_step = scorer._jit("lm_eval_packed", _packed_scores)
-        causal_step = scorer._jit("lm_eval_causal", _causal_scores)  # rows of one continuation: no [T, T] mask
+        packed_step = runner.jit("lm_eval_packed", steps.packed_scores_at)
+        causal_step = runner.jit("lm_eval_causal", steps.causal_scores_at)  # rows of one continuation: no [T, T] mask
 
         def call(batch):
-            width = 1 << max(0, (max(len(targets[i]) for i in batch.indices) - 1).bit_length())  # few shapes
+            width = 1 << max(0, (max(len(rows[i].targets) for i in batch.indices) - 1).bit_length())  # few shapes
             gather = np.zeros((batch.shape[0], width), np.int32)
             for r, i in enumerate(batch.indices):
-                gather[r] = np.minimum(starts[i] + np.arange(width), batch.shape[1] - 1)
-            scored = (gather, padded(targets, batch.indices, gather.shape, 0))
-            if all(segments[i].max(initial=0) <= 1 for i in batch.indices):
-                return causal_step, scorer._put(batch.ids, batch.mask, *scored)
-            return packed_step, scorer._put(batch.ids, padded(segments, batch.indices, batch.shape, PADDING),
-                                            padded(positions, batch.indices, batch.shape, 0), *scored)
+                gather[r] = np.minimum(rows[i].start + np.arange(width), batch.shape[1] - 1)
+            scored = (gather, padded([row.targets for row in rows], batch.indices, gather.shape, 0))
+            if all(rows[i].segments.max(initial=0) <= 1 for i in batch.indices):
+                return causal_step, runner.put(batch.ids, batch.mask, *scored)
+            segments = padded([row.segments for row in rows], batch.indices, batch.shape, PADDING)
+            positions = padded([row.positions for row in rows], batch.indices, batch.shape, 0)
+            return packed_step, runner.put(batch.ids, segments, positions, *scored)
 
-        batches = scorer._batches(rows, max_length=max_length)
-        outputs = scorer._run(lambda step, arrays: step(*arrays), map(call, batches))
+        batches = runner.batches([row.ids for row in rows], max_length=max_length)
+        outputs = runner.run(lambda step, arrays: step(*arrays), map(call, batches))
         per_row = restore(batches, [list(zip(*out)) for out in outputs], len(rows))
     results = []
-    for context, cont in keys:
-        if not cont:
+    for row, offset, n in zip(packed.row, packed.offset, packed.length):
+        if not n:
             results.append((0.0, True))
             continue
-        row, offset, n = where[context, cont]
         logprobs, greedy = per_row[row]
         results.append((float(logprobs[offset:offset + n].sum()), bool(greedy[offset:offset + n].all())))
     return results
-
-
-def _packed_scores(model, ids, segments, positions, gather, targets):
-    h = model(ids, visibility(segments), positions=positions, compute_logits=False).last_hidden_state
-    return _scores_at(model, h, gather, targets)
-
-
-def _causal_scores(model, ids, mask, gather, targets):
-    return _scores_at(model, model(ids, mask, compute_logits=False).last_hidden_state, gather, targets)
-
-
-def _scores_at(model, h, gather, targets):
-    """ln p(target) and whether it is the argmax, [B, W], at slots ``gather`` [B, W] of hidden states ``h``."""
-    h = jnp.take_along_axis(h, gather[..., None], axis=1)
-    b, w, d = h.shape
-    chunk = min(w, _HEAD_CHUNK)  # w is a power of two
-
-    def head(x):
-        logits = model.logits(x[0])
-        return kernels.token_log_probs(logits, x[1]), jnp.argmax(logits, axis=-1) == x[1]
-
-    sliced = (h.reshape(b, w // chunk, chunk, d).swapaxes(0, 1), targets.reshape(b, w // chunk, chunk).swapaxes(0, 1))
-    logprobs, greedy = jax.lax.map(head, sliced)
-    return logprobs.swapaxes(0, 1).reshape(b, w), greedy.swapaxes(0, 1).reshape(b, w)
 
 
 @register_model("lmprobe")

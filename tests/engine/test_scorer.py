@@ -101,7 +101,7 @@ def test_mixed_lengths_compile_once_per_bucket(tiny_llama_dir):
     scorer = _scorer(tiny_llama_dir, make_mesh(devices=jax.devices()[:1]))
     seqs = [RNG.integers(3, VOCAB, size=n).tolist() for n in RNG.integers(2, 128, size=40)]
     scorer.score(seqs)
-    buckets = {b.shape for b in scorer._batches(scorer.encode(seqs))}
+    buckets = {b.shape for b in scorer.runner.batches(scorer.encode(seqs))}
     lengths = {length for _, length in buckets}
     assert lengths <= set(LENGTH_BUCKETS) and len(lengths) >= 6
     assert scorer.compilations["score"] == len(buckets) <= 2 * len(lengths)  # a full and a partial batch per bucket
@@ -218,12 +218,12 @@ def test_memo_runs_each_input_once(one):
     a, b, c = SEQS[:3], SEQS[3:6], SEQS[6:9]
     one.next_token_stats(a, last, b, last, memo=memo)
     ran = []
-    batches = one._batches
-    one._batches = lambda seqs, **kwargs: ran.append([tuple(s) for s in seqs]) or batches(seqs, **kwargs)
+    batches = one.runner.batches
+    one.runner.batches = lambda seqs, **kwargs: ran.append([tuple(s) for s in seqs]) or batches(seqs, **kwargs)
     try:
         second = one.next_token_stats(a, last, c, last, memo=memo)
     finally:
-        del one._batches
+        del one.runner.batches
     assert sorted(ran[0]) == sorted(tuple(s) for s in c)  # the a's came from the memo
     fresh = one.next_token_stats(a, last, c, last)
     for key in ("jsd", "entropy_a", "entropy_b"):
@@ -237,12 +237,12 @@ def test_generation_prefill_fills_the_memo(one):
     one.generate(prompts, max_new_tokens=3, memo=memo)
     a = [p[: len(p) // 2 + 1] for p in prompts]  # prefixes of the prompts, asked at their last token
     ran = []
-    batches = one._batches
-    one._batches = lambda seqs, **kwargs: ran.append(seqs) or batches(seqs, **kwargs)
+    batches = one.runner.batches
+    one.runner.batches = lambda seqs, **kwargs: ran.append(seqs) or batches(seqs, **kwargs)
     try:
         cached = one.next_token_stats(a, [[-1, 0]] * 3, prompts, [[-1, 1]] * 3, memo=memo)
     finally:
-        del one._batches
+        del one.runner.batches
     assert ran == []
     fresh = one.next_token_stats(a, [[-1, 0]] * 3, prompts, [[-1, 1]] * 3)
     for key in ("jsd", "entropy_a", "entropy_b"):
@@ -251,7 +251,7 @@ def test_generation_prefill_fills_the_memo(one):
 
 def _logged(scorer, events, specs=None):
     """Record each batch placed on the mesh ('put') and each readback ('fetch', batches), on ``scorer``."""
-    put, fetch = scorer._put, scorer._fetch
+    put, fetch = scorer.runner.put, scorer.runner.fetch
 
     def logged_put(*arrays):
         events.append("put")
@@ -263,7 +263,7 @@ def _logged(scorer, events, specs=None):
             specs.extend(leaf.sharding.spec for leaf in jax.tree.leaves(outputs))
         return fetch(outputs)
 
-    scorer._put, scorer._fetch = logged_put, logged_fetch
+    scorer.runner.put, scorer.runner.fetch = logged_put, logged_fetch
 
 
 def _every_entry_point(scorer):
@@ -360,10 +360,10 @@ def test_batch_size_is_per_data_parallel_device(tiny_llama_dir, monkeypatch):
     assert len([line for line in said if line.startswith("batch: ")]) == 1
     assert scorer.mesh.shape["data"] == 4
     seqs = [s[:10] for s in SEQS if len(s) >= 10] * 3  # 21 sequences of 10 tokens: one bucket
-    assert [b.shape[0] for b in scorer._batches(seqs)] == [12, 12]  # 12 rows, then 9 padded to 3 per device
-    assert scorer._rows(scorer.batch_size) == 12
+    assert [b.shape[0] for b in scorer.runner.batches(seqs)] == [12, 12]  # 12 rows, then 9 padded to 3 per device
+    assert scorer.runner.rows(scorer.batch_size) == 12
     scorer.max_tokens = 24  # per device: 2 rows of 12 tokens (bucket 12)
-    assert [b.shape[0] for b in scorer._batches(seqs)] == [8, 8, 8]
+    assert [b.shape[0] for b in scorer.runner.batches(seqs)] == [8, 8, 8]
     assert {v.dtype for v in jax.tree.leaves(nnx.state(scorer.model, nnx.Param))} == {jnp.dtype("float32")}
     bf16 = Scorer.load(str(tiny_llama_dir), dtype="bfloat16")
     assert {v.dtype for v in jax.tree.leaves(nnx.state(bf16.model, nnx.Param))} == {jnp.dtype("bfloat16")}

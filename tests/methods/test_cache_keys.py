@@ -18,7 +18,6 @@ from lmprobe.engine import Scorer
 from lmprobe.methods import Ticker, byod, icl, loss_data, model_key, synbench, syntextbench
 from lmprobe.methods.scope import models as scope_models
 from lmprobe.methods.scope import run as scope_run
-from lmprobe.methods.scope import variants
 from tests.engine.conftest import VOCAB, tiny_llama_dir  # noqa: F401 - the fixture
 
 TINY = syntextbench.Config(n=200, levels=(0.0, 0.5), baseline_level=0.5, baseline_steps=10, icl_examples=3)
@@ -116,7 +115,7 @@ def test_synbench_keys_hold_the_model_identity(model_dir, tmp_path):
 
 def test_scope_search_keys_hold_variants_and_heads(model_dir):
     base = Scorer.load(str(model_dir), batch_size=8)
-    int8 = variants.load_scorer(f"{model_dir}@int8", batch_size=4, strategy="tp")
+    int8 = Scorer.load(f"{model_dir}@int8", batch_size=4, strategy="tp")
     assert int8.identity["variants"] == ["@int8"] and int8.identity["name"].endswith("@int8")
     assert (int8.strategy, int8.batch_size, int8.mesh) == ("tp", 4, int8.mesh)
     a, b = scope_models.NextToken("m", base), scope_models.NextToken("m", int8)

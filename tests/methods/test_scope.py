@@ -8,9 +8,10 @@ import pytest
 from transformers import BertConfig, BertModel, BertTokenizerFast
 
 from experiments import scope as front_end
+from lmprobe.checkpoints import variants
 from lmprobe.engine import Scorer
 from lmprobe.errors import LmprobeError
-from lmprobe.methods.scope import capabilities, models, training, variants
+from lmprobe.methods.scope import capabilities, models, training
 from lmprobe.methods.scope import run as scope_run
 from lmprobe.methods.scope.search import Goal, score, search
 from lmprobe.perturb.constraints import Words

@@ -6,11 +6,10 @@ import pytest
 from flax import nnx
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from lmprobe.checkpoints import load
+from lmprobe.checkpoints import load, variants
 from lmprobe.engine import Scorer
 from lmprobe.engine.mesh import make_mesh
 from lmprobe.errors import LmprobeError
-from lmprobe.methods.scope import variants
 from tests.models.parity import save_random
 
 

@@ -26,7 +26,7 @@ import numpy as np
 from flax import nnx
 
 from lmprobe.engine.mesh import replicated
-from lmprobe.engine.scorer import pooled_embedding
+from lmprobe.engine.steps import pooled_embedding
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import icl
 from lmprobe.models import family_of

@@ -109,7 +109,7 @@ def finetune(scorer: Scorer, texts: Sequence[str], labels, label_names: Sequence
             rows = batch.shape[0]
             y, weight = np.zeros(rows, np.int32), np.zeros(rows, np.float32)
             y[:len(chunk)], weight[:len(chunk)] = labels[chunk[batch.indices]], 1.0
-            params, opt_state, loss = step(params, opt_state, *scorer._put(batch.ids, batch.mask, y, weight),
+            params, opt_state, loss = step(params, opt_state, *scorer.runner.put(batch.ids, batch.mask, y, weight),
                                            np.int32(i))
             i += 1
             total += float(loss) * len(chunk)

@@ -1,5 +1,6 @@
-"""Model variants as nnx state transforms, for asking "does this design choice keep the
-invariances?" of one checkpoint (SCoPE ../seeds/002 Sec. 4 compares design choices).
+"""Model variants as nnx state transforms, named after a checkpoint: ``Scorer.load("NAME@int8")``.
+They ask "does this design choice keep the invariances?" of one checkpoint (SCoPE ../seeds/002
+Sec. 4 compares design choices).
 
     NAME@bf16          every floating parameter rounded to bfloat16 (compute dtype unchanged)
     NAME@int8          weight matrices fake-quantized to int8: symmetric, one scale per output
@@ -133,19 +134,3 @@ def apply_variants(model: nnx.Module, variants: list[str]) -> nnx.Module:
             model = drop_layer(model, int(v.split("=", 1)[1]))
     return model
 
-
-def load_scorer(name: str, **kwargs):
-    """Scorer.load of the base name (every Scorer.load keyword passed on) with its variants applied
-    to the weights; the variant keeps the mesh, sharding and batch geometry, and its identity
-    names the variants."""
-    from lmprobe.engine import Scorer
-
-    base, variants = split_name(name)
-    scorer = Scorer.load(base, **kwargs)
-    if not variants:
-        return scorer
-    model = apply_variants(scorer.model, variants)
-    identity = {**scorer.identity, "name": name, "variants": [f"@{v}" for v in variants]}
-    return Scorer(model, scorer.tokenizer, mesh=scorer.mesh, batch_size=scorer.batch_size,
-                  max_tokens=scorer.max_tokens, max_length=scorer.max_length, truncate=scorer.truncate,
-                  buckets=scorer.buckets, strategy=scorer.strategy, identity=identity)

@@ -1,0 +1,120 @@
+"""The pure functions a Runner jits: ``step(model, *arrays, **static)`` over one padded batch.
+
+Each is traceable and reusable inside a larger jitted function (the memory plan compiles
+``token_logprobs`` and ``pooled_embedding``; a classifier wraps ``pooled_embedding``). No step
+returns a full-vocabulary array: the LM head runs inside, over slices of positions.
+Encoder-decoder bodies (target log-probs, generation) are lmprobe.engine.seq2seq's.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+import kernels
+from lmprobe.engine.packing import visibility
+from lmprobe.models import family_of
+
+TIME_CHUNK = 32  # positions per LM-head slice when scoring every token
+
+
+def token_logprobs(model, ids, mask):
+    """[B, T]: ln p(ids[t+1] | ids[<=t]) of a causal LM."""
+    h = model(ids, mask, compute_logits=False).last_hidden_state
+    return logprobs(model, h, jnp.roll(ids, -1, axis=1))
+
+
+def logprobs(model, h, targets):
+    """ln p(targets[b, t, ...] | h[b, t]): targets [B, T] or [B, T, K] (K tokens scored against
+    each distribution), the LM head run once per position, over slices of positions."""
+    b, t, d = h.shape
+    chunk = math.gcd(t, TIME_CHUNK)  # buckets are multiples of 4 (powers of two and 1.5x)
+    hs = h.reshape(b, t // chunk, chunk, d).swapaxes(0, 1)
+    ts = targets.reshape(b, t // chunk, chunk, *targets.shape[2:]).swapaxes(0, 1)
+    lp = jax.lax.map(lambda x: kernels.token_log_probs(model.logits(x[0]), x[1]), (hs, ts))
+    return lp.swapaxes(0, 1).reshape(targets.shape)
+
+
+def packed_hidden(model, ids, segments, positions):
+    """Last hidden states [B, T, D] of packed rows (lmprobe.engine.packing)."""
+    return model(ids, visibility(segments), positions=positions, compute_logits=False).last_hidden_state
+
+
+def packed_logprobs(model, ids, segments, positions, targets):
+    """``logprobs`` of ``targets`` [B, T, K] after each slot of packed rows."""
+    return logprobs(model, packed_hidden(model, ids, segments, positions), targets)
+
+
+def packed_hidden_at(model, ids, segments, positions, gather):
+    """Last hidden states [B, K, D] of packed rows at the slots ``gather`` [B, K]."""
+    h = packed_hidden(model, ids, segments, positions)
+    return jnp.take_along_axis(h, gather[..., None], axis=1)
+
+
+def scores_at(model, h, gather, targets):
+    """ln p(target) and whether it is the argmax, [B, W] each, at slots ``gather`` [B, W] of hidden
+    states ``h`` (W a power of two), the LM head over slices of slots."""
+    h = jnp.take_along_axis(h, gather[..., None], axis=1)
+    b, w, d = h.shape
+    chunk = min(w, TIME_CHUNK)
+
+    def head(x):
+        logits = model.logits(x[0])
+        return kernels.token_log_probs(logits, x[1]), jnp.argmax(logits, axis=-1) == x[1]
+
+    sliced = (h.reshape(b, w // chunk, chunk, d).swapaxes(0, 1), targets.reshape(b, w // chunk, chunk).swapaxes(0, 1))
+    lp, greedy = jax.lax.map(head, sliced)
+    return lp.swapaxes(0, 1).reshape(b, w), greedy.swapaxes(0, 1).reshape(b, w)
+
+
+def packed_scores_at(model, ids, segments, positions, gather, targets):
+    """``scores_at`` of packed rows (lmprobe.engine.packing.pack_continuations)."""
+    return scores_at(model, packed_hidden(model, ids, segments, positions), gather, targets)
+
+
+def causal_scores_at(model, ids, mask, gather, targets):
+    """``scores_at`` of rows that hold one sequence each: the causal mask, no [T, T] visibility."""
+    return scores_at(model, model(ids, mask, compute_logits=False).last_hidden_state, gather, targets)
+
+
+def pair_stats(model, ha, hb, token_mask, *, top_k, with_mass):
+    """Next-token statistics of hidden states ``ha`` and ``hb`` [n, D] side by side: JSD, both KLs,
+    both entropies; the mass on ``token_mask`` [V] (``with_mass``); the ``top_k`` ids and log-probs."""
+    la, lb = model.logits(ha), model.logits(hb)  # [n, P, V], on device only
+    out = {"jsd": kernels.js_divergence(la, lb), "kl_ab": kernels.kl_divergence(la, lb),
+           "kl_ba": kernels.kl_divergence(lb, la), "entropy_a": kernels.entropy(la),
+           "entropy_b": kernels.entropy(lb)}
+    if with_mass:
+        out["mass_a"] = kernels.token_set_mass(la, token_mask)
+        out["mass_b"] = kernels.token_set_mass(lb, token_mask)
+    if top_k:
+        for name, logits in (("a", la), ("b", lb)):
+            logp, ids = jax.lax.top_k(jax.nn.log_softmax(logits, axis=-1), top_k)
+            out[f"topk_{name}"], out[f"topk_logp_{name}"] = ids, logp
+    return out
+
+
+def pooled_embedding(model, x, mask, *, pooling, layer, continuous=False):
+    """[B, D] sentence embeddings of one padded batch of ids (or of inputs_embeds [B, T, D],
+    ``continuous``): ``Scorer.embed``'s body, reusable inside a larger jitted function (e.g. an
+    encoder plus a classification head)."""
+    kwargs = dict(inputs_embeds=x) if continuous else dict(input_ids=x)
+    family = family_of(model)
+    if family is not None and family.is_decoder:
+        kwargs["compute_logits"] = False
+    need_all = pooling == "first_last_avg" or layer != -1
+    out = model(attention_mask=mask, output_hidden_states=need_all, **kwargs)
+    if pooling == "first_last_avg":
+        h = 0.5 * (out.hidden_states[1] + out.hidden_states[-1])
+    else:
+        h = out.hidden_states[layer] if need_all else out.last_hidden_state
+    h = h.astype(jnp.float32)
+    m = mask.astype(jnp.float32)[..., None]
+    if pooling in ("mean", "first_last_avg"):
+        return (h * m).sum(1) / jnp.maximum(m.sum(1), 1.0)
+    if pooling == "cls":
+        return h[:, 0]
+    last = jnp.maximum(mask.sum(1) - 1, 0)  # right padding: last real token
+    return jnp.take_along_axis(h, last[:, None, None], axis=1)[:, 0]
