@@ -82,37 +82,6 @@ def build_parser():
     return p
 
 
-
-def _devices(n: int | None):
-    """(devices, simulated): the machine's own N devices, else N CPU devices standing in for them."""
-    import jax
-
-    from lmprobe.errors import LmprobeError
-
-    if n is None:
-        return jax.devices(), False
-    if n < 1:
-        raise LmprobeError(f"--devices={n}: give a positive number of devices")
-    if jax.device_count() == n:
-        devices = jax.devices()
-        return devices, devices[0].platform == "cpu"
-    cpus = jax.devices("cpu")
-    if len(cpus) < n:
-        raise LmprobeError(
-            f"--devices={n}: only {len(cpus)} CPU devices could be made because jax started before "
-            f"experiments.plan could ask for more: run it as python -m experiments.plan, or set "
-            f"XLA_FLAGS=--xla_force_host_platform_device_count={n}")
-    return cpus[:n], True
-
-
-def _dtype(name: str, simulated: bool, platform: str):
-    import jax.numpy as jnp
-
-    if name == "auto":  # the run's own rule (bfloat16 on accelerators), planning for accelerators when simulating
-        name = "float32" if platform == "cpu" and not simulated else "bfloat16"
-    return jnp.dtype(name)
-
-
 def main(argv=None):
     simulate_devices(argv)
     from experiments.cli import main_guard
@@ -125,15 +94,15 @@ def _main(argv=None):
 
     from lmprobe import log
     from lmprobe.engine.mesh import make_mesh
-    from lmprobe.engine.plan import check_fits, device_hbm, parse_bytes, plan
+    from lmprobe.engine.plan import check_fits, device_hbm, parse_bytes, plan, plan_devices, plan_dtype
 
     args = build_parser().parse_args(argv)
     log.setup(args.verbosity)
-    devices, simulated = _devices(args.devices)
+    devices, simulated = plan_devices(args.devices)
     mesh = make_mesh(args.model_parallel, devices)
     hbm = parse_bytes(args.hbm) if args.hbm is not None else device_hbm(devices)
     model = args.model
-    kwargs = dict(dtype=_dtype(args.dtype, simulated, devices[0].platform), mesh=mesh, strategy=args.sharding,
+    kwargs = dict(dtype=plan_dtype(args.dtype, devices[0].platform, simulated), mesh=mesh, strategy=args.sharding,
                   batch_size=args.batch_size, max_length=args.max_length, max_tokens=args.max_tokens,
                   hbm_bytes=hbm, offline=True if args.offline else None, revision=args.revision)
     result = plan(model, buckets=list(args.buckets), **kwargs)

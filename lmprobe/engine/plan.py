@@ -1,29 +1,21 @@
-"""A memory plan before loading: will this model, dtype, mesh and batch fit the devices?
+"""Memory analysis before loading: will this model, dtype, mesh and batch fit the devices? From
+config.json alone (no weight is read), for a mesh that may be simulated on CPU; ``check_fits``
+raises one LmprobeError naming the flag that fixes it, ``plan`` reports (``Plan.table``).
 
-From config.json alone (the model is built abstractly with ``nnx.eval_shape``; no weight is
-read), for a mesh that may be simulated (8 CPU devices standing in for a TPU slice):
+- parameter bytes per device: each parameter's bytes (the model built with ``nnx.eval_shape``)
+  divided by the devices its PartitionSpec (``mesh.spec_for`` under the sharding rules) splits it over;
+- the engine's step (decoders: ``steps.token_logprobs``; encoders: ``steps.pooled_embedding``,
+  mean pooling) compiled ahead of time for abstract, sharded arguments, with XLA's memory
+  analysis per device: arguments (parameters and the batch), outputs and temporaries;
+- given a memory size per device, the largest batch per length bucket that fits: peak memory is
+  close to linear in the batch, so two compiles give a line and a third checks it.
 
-- parameter bytes per device: each parameter's bytes divided by the number of devices its
-  PartitionSpec (``mesh.spec_for`` under the sharding rules) splits it over;
-- the engine's scoring step (decoders: ``_token_logprobs``) or embedding step (encoders:
-  ``pooled_embedding``, mean pooling), compiled ahead of time for abstract, sharded arguments,
-  with XLA's memory analysis per device: arguments (parameters and the batch), outputs and
-  temporaries (activations);
-- given a memory size (HBM per device), the largest batch per length bucket that fits: peak
-  memory is close to linear in the batch, so two compiles give a line, a third checks its
-  prediction (and a few more refine it only when the check fails).
-
-``check_fits`` raises one LmprobeError, before any weight is read, that names the flag that
-fixes it (--model_parallel, --sharding, --dtype, --batch_size, --max_length).
-
-Batch sizes here are rows per 'data' shard (per device along the data axis), the unit of the
-Scorer's batch_size; the global batch is that times ``mesh.shape['data']``.
+Batch sizes are rows per 'data' shard, the Scorer's unit (``batching.batch_size_for``).
 
     plan("opt-13b", dtype=jnp.bfloat16, mesh=make_mesh(1), hbm_bytes=parse_bytes("16GiB")).table()
 
-Caveat: on CPU (a simulated mesh) XLA's CPU compiler decides fusion and buffer reuse; the
-temporaries it reports approximate what the TPU/GPU compilers need (see
-``_Planner.compiler_options`` for the one CPU-only artifact that is switched off).
+On CPU, XLA's CPU compiler decides fusion and buffer reuse: its temporaries approximate those
+of TPU/GPU (``_Planner.compiler_options`` switches off the one CPU-only artifact).
 """
 
 from __future__ import annotations
@@ -42,9 +34,12 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from lmprobe.engine.batching import LENGTH_BUCKETS
+from lmprobe.checkpoints.model_config import hf_config
+from lmprobe.engine import steps
+from lmprobe.engine.batching import LENGTH_BUCKETS, batch_size_for
 from lmprobe.engine.mesh import DATA, MODEL, RULES, batch_sharding, make_mesh, spec_for, tracing_on
-from lmprobe.errors import CheckpointError, LmprobeError
+from lmprobe.errors import LmprobeError
+from lmprobe.models import family_for
 
 REPRESENTATIVE_BUCKETS = (128, 512, 2048)  # plus the largest (max_length)
 SEARCH_CAP = 4096  # rows per data shard: the search never proposes more
@@ -52,7 +47,7 @@ _REFINE = 3  # compiles after the first two, per bucket, at most
 CPU_DISABLED_PASSES = "while-loop-invariant-code-motion"  # see _Planner.compiler_options
 
 
-# ------------------------------------------------------------------------------- sizes
+# ------------------------------------------------------------------------------- devices and sizes
 
 
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -95,82 +90,31 @@ def device_hbm(devices) -> int | None:
     return int(limit) if limit else None
 
 
-# ------------------------------------------------------------------------------- config
+def plan_devices(n: int | None) -> tuple[list, bool]:
+    """(devices, simulated) to plan for: the machine's own n devices (all for None), else n CPU
+    devices standing in for them (made by --xla_force_host_platform_device_count before jax starts)."""
+    if n is None:
+        return jax.devices(), False
+    if n < 1:
+        raise LmprobeError(f"--devices={n}: give a positive number of devices")
+    if jax.device_count() == n:
+        devices = jax.devices()
+        return devices, devices[0].platform == "cpu"
+    cpus = jax.devices("cpu")
+    if len(cpus) < n:
+        raise LmprobeError(
+            f"--devices={n}: only {len(cpus)} CPU devices could be made because jax started before "
+            f"experiments.plan could ask for more: run it as python -m experiments.plan, or set "
+            f"XLA_FLAGS=--xla_force_host_platform_device_count={n}")
+    return cpus[:n], True
 
 
-def hf_config(model: str | os.PathLike | dict, *, offline: bool | None = None,
-              revision: str | None = None) -> tuple[dict, str]:
-    """(config.json contents, where they came from) for a model argument, reading no weights.
-
-    Local directory (its config.json), a config.json file, a .gguf file (the config its metadata
-    gives) or an embedded model; an alias or hub id: its hub-cache config.json (of ``revision``),
-    else the config lmprobe ships (default revision only), else (online) config.json alone from the hub.
-    """
-    from lmprobe.checkpoints import aliases, hub
-    from lmprobe.checkpoints.base import read_json
-    from lmprobe.checkpoints.configs import path_of, shipped_config
-    from lmprobe.checkpoints.embedded import embedded_path
-    from lmprobe.checkpoints.ladder import ladder_path
-    from lmprobe.checkpoints.resolve import HOW_TO, HUB_ID
-
-    if isinstance(model, dict):
-        config, where = dict(model), "the given config"
-    else:
-        name = os.fspath(model)
-        path = os.path.expanduser(name)
-        local = path if os.path.exists(path) else embedded_path(name) or ladder_path(name)
-        if local is not None and revision is not None:
-            raise CheckpointError(f"--revision={revision} applies to hub models; '{name}' is a local model")
-        if local is not None:
-            config, where = _local_config(name, local, read_json)
-        else:
-            repo = aliases.lookup(name) or (name if HUB_ID.fullmatch(name) else None)
-            if repo is None:
-                raise CheckpointError(f"unknown model '{name}': {HOW_TO}")
-            snapshot = hub.cached_snapshot(repo, revision)  # never touches the network
-            if snapshot is not None and os.path.isfile(os.path.join(snapshot, "config.json")):
-                where = os.path.join(snapshot, "config.json")
-                config = read_json(where, "model config")
-            elif revision is None and (shipped := shipped_config(name)) is not None:
-                config, where = shipped, path_of(name)
-            elif not hub.is_offline(offline):
-                where = _download_config(name, repo, revision)
-                config = read_json(where, "model config")
-            else:
-                raise hub.not_cached(name, repo, f"revision '{revision}' is not cached (offline mode is on)"
-                                     if revision else "lmprobe ships no config for it (offline mode is on)")
-    if not isinstance(config, dict) or not config.get("model_type"):
-        raise CheckpointError(f"model config from {where} has no 'model_type': add the architecture "
-                              "(e.g. \"model_type\": \"llama\") or re-download it")
-    return config, where
-
-
-def _local_config(name: str, local: str, read_json) -> tuple[dict, str]:
-    if os.path.isdir(local):
-        path = os.path.join(local, "config.json")
-        if not os.path.isfile(path):
-            raise CheckpointError(f"checkpoint directory '{local}' has no config.json: pass a Hugging "
-                                  "Face model directory, a config.json file or a .gguf file")
-        return read_json(path, "model config"), path
-    if local.lower().endswith(".json"):
-        return read_json(local, "model config"), local
-    if local.lower().endswith(".gguf"):
-        from lmprobe.checkpoints.gguf_io import open_gguf
-
-        config, _ = open_gguf(local)  # metadata only; tensors are read lazily, and never here
-        return config, local
-    raise CheckpointError(f"model path '{name}' is neither a directory, a config.json nor a .gguf file")
-
-
-def _download_config(name: str, repo: str, revision: str | None) -> str:
-    from huggingface_hub import hf_hub_download
-
-    from lmprobe.checkpoints import hub
-
-    try:
-        return hf_hub_download(repo, "config.json", revision=revision, cache_dir=hub.cache_dir())
-    except Exception as e:  # network, gated or missing repository: one line
-        raise hub.not_cached(name, repo, f"its config.json could not be downloaded ({type(e).__name__})") from None
+def plan_dtype(name: str, platform: str, simulated: bool):
+    """The dtype --dtype names for the planned devices: 'auto' is a run's own rule (float32 on CPU,
+    bfloat16 on accelerators), bfloat16 when CPU devices stand in for accelerators."""
+    if name == "auto":
+        name = "float32" if platform == "cpu" and not simulated else "bfloat16"
+    return jnp.dtype(name)
 
 
 # ------------------------------------------------------------------------------- results
@@ -316,8 +260,6 @@ class _Planner:
     """One model built abstractly; parameter bytes and compiled steps for any mesh and rules."""
 
     def __init__(self, hf: dict, dtype, where: str):
-        from lmprobe.models import family_for
-
         self.family = family_for(hf, where=where)
         self.cfg = self.family.config_from_hf(hf)
         self.dtype = jnp.dtype(dtype)
@@ -339,7 +281,7 @@ class _Planner:
 
     @property
     def step_name(self) -> str:
-        return "_token_logprobs" if self.decoder else "pooled_embedding(pooling='mean')"
+        return "token_logprobs" if self.decoder else "pooled_embedding(pooling='mean')"
 
     def spec(self, p: _Param, mesh: Mesh, strategy: str) -> PartitionSpec:
         if p.axes is None:
@@ -374,16 +316,14 @@ class _Planner:
         return self._steps[key]
 
     def _compile(self, mesh, strategy, rows, length) -> StepMemory | None:
-        from lmprobe.engine import scorer  # the engine's own jitted bodies
-
         for (_, var), p in zip(self.vars, self.params):
             sharding = NamedSharding(mesh, self.spec(p, mesh, strategy))
             var.set_value(jax.ShapeDtypeStruct(p.shape, p.dtype, sharding=sharding))
         graphdef = self.graphdef
-        body = (scorer._token_logprobs if self.decoder else
-                functools.partial(scorer.pooled_embedding, pooling="mean", layer=-1))
+        body = (steps.token_logprobs if self.decoder else
+                functools.partial(steps.pooled_embedding, pooling="mean", layer=-1))
 
-        def traced(state, ids, mask):  # as Scorer._jit: fn(merged model, *args), rows stay sharded
+        def traced(state, ids, mask):  # as the Scorer jits a step: fn(merged model, *args), rows stay sharded
             with tracing_on(mesh):
                 return body(nnx.merge(graphdef, state), ids, mask)
 
@@ -455,11 +395,6 @@ def _buckets_for(max_length: int, buckets: Sequence[int] | None) -> list[int]:
     return sorted({min(int(b), max_length) for b in chosen} | {max_length})
 
 
-def rows_at(length: int, batch_size: int, max_tokens: int | None) -> int:
-    """Rows per data shard at ``length``: batch_size, capped at max_tokens tokens (the Scorer's rule)."""
-    return batch_size if max_tokens is None else max(1, min(batch_size, max_tokens // length))
-
-
 # ------------------------------------------------------------------------------- entry points
 
 
@@ -508,7 +443,7 @@ def plan(config_or_name, *, dtype=jnp.float32, mesh: Mesh | None = None, strateg
         out.notes.append("the parameters alone exceed the memory: no step was compiled "
                          "(lmprobe.engine.plan.check_fits names the flag that fixes it)")
         return out
-    out.step_memory = planner.step(mesh, strategy, rows_at(max_length, batch_size, max_tokens), max_length)
+    out.step_memory = planner.step(mesh, strategy, batch_size_for(max_length, batch_size, max_tokens), max_length)
     if out.step_memory is None:
         out.notes.append("this backend gives no memory analysis of compiled programs")
         return out
@@ -554,11 +489,11 @@ def check_fits(config_or_name, *, dtype=jnp.float32, mesh: Mesh | None = None, s
         return out
     # The largest bucket at its rows; with max_tokens also the longest bucket that gets full rows.
     lengths = [max_length]
-    if rows_at(max_length, batch_size, max_tokens) < batch_size:
-        full = [b for b in LENGTH_BUCKETS if b < max_length and rows_at(b, batch_size, max_tokens) == batch_size]
+    if batch_size_for(max_length, batch_size, max_tokens) < batch_size:
+        full = [b for b in LENGTH_BUCKETS if b < max_length and batch_size_for(b, batch_size, max_tokens) == batch_size]
         lengths += full[-1:]
     for length in lengths:
-        rows = rows_at(length, batch_size, max_tokens)
+        rows = batch_size_for(length, batch_size, max_tokens)
         step = planner.step(mesh, strategy, rows, length)
         if length == max_length:
             out.step_memory = step

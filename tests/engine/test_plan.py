@@ -1,5 +1,5 @@
-"""The memory plan: parameter bytes per device, shipped configs, the largest-batch search, the
-no-fit errors, and that planning never opens a tensor file. Tiny configs only (compiles are
+"""The memory plan: parameter bytes per device, shipped configs' sizes, the largest-batch search,
+the no-fit errors, and that planning never opens a tensor file. Tiny configs only (compiles are
 the cost); the 8 CPU devices come from tests/conftest.py."""
 
 import json
@@ -11,7 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lmprobe.checkpoints.configs import names, path_of, shipped_config
+from lmprobe.checkpoints.configs import names, path_of
+from lmprobe.checkpoints.model_config import hf_config
 from lmprobe.engine import plan as P
 from lmprobe.engine.mesh import make_mesh
 from lmprobe.errors import LmprobeError
@@ -100,20 +101,10 @@ def test_every_paper_model_ships_a_config():
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_shipped_configs_build_abstractly_with_published_sizes(name, monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))  # nothing cached: the shipped config is used
-    config, source = P.hf_config(name, offline=True)
+    config, source = hf_config(name, offline=True)
     assert source == path_of(name)
     planner = P._Planner(config, jnp.bfloat16, source)
     assert planner.num_params == pytest.approx(PUBLISHED[name], rel=0.02)
-
-
-def test_shipped_config_lookup_by_alias_and_hub_id():
-    assert shipped_config("opt-13b") == shipped_config("facebook/opt-13b") == shipped_config("OPT-13B")
-    assert shipped_config("EleutherAI/gpt-neo-1.3B")["hidden_size"] == 2048
-    assert shipped_config("meta-llama/Llama-2-7b-hf")["num_hidden_layers"] == 32
-    assert shipped_config("bert-base")["model_type"] == "bert"
-    assert shipped_config("opt-66b") is None and shipped_config("nobody/nothing") is None
-    assert shipped_config("opt-350m")["word_embed_proj_dim"] == 512
-    assert shipped_config("opt-350m")["do_layer_norm_before"] is False
 
 
 def test_largest_batch_search_is_monotone_and_fits(shared_compiles):
@@ -150,6 +141,25 @@ def test_no_fit_at_the_batch_names_batch_size(shared_compiles):
     assert "4 rows per device x 64 tokens" in str(err.value)
 
 
+def test_max_tokens_caps_the_rows_as_the_scorer_does(shared_compiles):
+    p = P.plan(TINY, mesh=MESH, batch_size=4, max_length=64, max_tokens=128, search=False)
+    assert p.step_memory.rows == 2 and p.step_memory.global_rows == 16
+
+
+def test_plan_devices_and_dtype():
+    import jax
+
+    assert P.plan_devices(None) == (jax.devices(), False)
+    assert P.plan_devices(4) == (jax.devices("cpu")[:4], True)
+    with pytest.raises(LmprobeError, match=r"--devices=16: only 8 CPU devices could be made"):
+        P.plan_devices(16)
+    with pytest.raises(LmprobeError, match=r"--devices=0: give a positive number"):
+        P.plan_devices(0)
+    assert P.plan_dtype("auto", "cpu", False) == jnp.float32
+    assert P.plan_dtype("auto", "cpu", True) == P.plan_dtype("auto", "tpu", False) == jnp.bfloat16
+    assert P.plan_dtype("float32", "cpu", True) == jnp.float32
+
+
 def test_check_fits_without_a_limit_on_cpu_compiles_nothing():
     assert P.device_hbm(MESH.devices.flat) is None
     assert P.check_fits(TINY, mesh=MESH) is None
@@ -175,7 +185,7 @@ def test_planning_opens_no_tensor_file(monkeypatch, tmp_path):
     directory.mkdir()
     (directory / "config.json").write_text(json.dumps(TINY))
     (directory / "model.safetensors").write_bytes(b"not a safetensors file")
-    config, source = P.hf_config(str(directory))
+    config, source = hf_config(str(directory))
     assert config == TINY and source == str(directory / "config.json")
 
 

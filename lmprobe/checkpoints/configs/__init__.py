@@ -1,8 +1,8 @@
 """The config.json files of the models the papers use, shipped so that plans work offline.
 
 Each ``<alias>.json`` is the model's Hugging Face config.json (aliases.py maps the alias to its
-hub id). Only configs ship here, never weights: ``shipped_config`` lets the memory plan
-(lmprobe.engine.plan) size opt-13b on a laptop with no network and no checkpoint.
+hub id). Only configs ship here, never weights: through ``shipped_config`` (read by
+``model_config.hf_config``) the memory plan sizes opt-13b on a laptop with no network and no checkpoint.
 """
 
 from __future__ import annotations
