@@ -14,7 +14,7 @@ from lmprobe.errors import CheckpointError
 CONFIG_AND_TOKENIZER = [
     "config.json",
     "generation_config.json",
-    "preprocessor_config.json",  # image models: input normalisation (vit.image_normalization)
+    "preprocessor_config.json",  # image models: input normalisation (image_processor.image_normalization)
     "special_tokens_map.json",
     "added_tokens.json",
     *TOKENIZER_FILES,

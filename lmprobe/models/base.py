@@ -24,7 +24,7 @@ from typing import Any, NamedTuple, Protocol
 import jax
 import jax.numpy as jnp
 
-from lmprobe.models.layers import LayerCache, Mask, default_positions, init_cache, scan_layers
+from lmprobe.models.layers import LayerCache, init_cache
 
 Array = jax.Array
 
@@ -166,39 +166,6 @@ class EncoderDecoder(Protocol):
     def logits(self, hidden: Array) -> Array: ...
 
 
-def run_blocks(blocks, h: Array, *, mask: Mask, positions: Array, cache: LayerCache | None,
-               cache_index, output_hidden_states: bool, layer_inputs=None):
-    """Apply a decoder's stacked blocks with one scan; returns (h, per-layer outputs or None, cache).
-
-    Each block is called as ``block(h, mask=, positions=, cache=, cache_index=) -> (h, cache)``, plus
-    ``layer=`` its slice of ``layer_inputs`` (arrays with a leading layer axis: a layer's attention
-    window, its rope table) when given.
-    """
-
-    def step(block, carry, inputs):
-        layer_cache, layer = inputs
-        extra = {} if layer_inputs is None else {"layer": layer}
-        out, new_cache = block(carry, mask=mask, positions=positions, cache=layer_cache,
-                               cache_index=cache_index, **extra)
-        return out, (out if output_hidden_states else None, new_cache)
-
-    h, (per_layer, new_cache) = scan_layers(blocks, step, h, (cache, layer_inputs))
-    return h, per_layer, new_cache
-
-
-def run_encoder_blocks(blocks, h: Array, *, output_hidden_states: bool, **inputs):
-    """Apply an encoder's stacked blocks with one scan; returns (h, per-layer outputs or None).
-
-    Each block is called as ``block(h, **inputs) -> h`` (``inputs``: the mask, a position bias...).
-    """
-
-    def step(block, carry, _):
-        out = block(carry, **inputs)
-        return out, out if output_hidden_states else None
-
-    return scan_layers(blocks, step, h)
-
-
 def hf_hidden_states(first: Array, per_layer: Array | None, last: Array) -> Array | None:
     """Stack [embedding output, layer 1..L-1 outputs, final (normed) output], HF's convention."""
     if per_layer is None:
@@ -217,20 +184,6 @@ def hf_rope(config: dict, *, legacy_theta_key: str = "rope_theta", default_theta
 def frozen(d: dict | None) -> tuple | None:
     """A dict as sorted (key, value) items: hashable, so it can sit in a frozen config."""
     return None if d is None else tuple(sorted((k, v) for k, v in d.items() if not isinstance(v, (dict, list))))
-
-
-def mask_and_positions(h: Array, attention_mask, positions, cache_index) -> tuple[Mask, Array]:
-    """A decoder call's causal Mask and the position ids of its T tokens.
-
-    ``attention_mask`` [B, S] marks real slots (all, when None); a [B, T, S] mask (which key each
-    query sees: packed sequences) needs explicit positions.
-    """
-    b, t = h.shape[:2]
-    keys = jnp.ones((b, t), bool) if attention_mask is None else attention_mask
-    if keys.ndim == 3 and positions is None:
-        raise ValueError("a [batch, queries, keys] attention mask needs explicit positions")
-    positions = default_positions(keys, cache_index, t) if positions is None else positions
-    return Mask(keys, causal=True, offset=cache_index, positions=positions), positions
 
 
 def empty_cache(config, batch: int, length: int, dtype) -> LayerCache:

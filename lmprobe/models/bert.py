@@ -18,18 +18,9 @@ from flax import nnx
 
 from lmprobe.errors import CheckpointError, LmprobeError
 from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, POSITIONS
-from lmprobe.models.base import Family, HFNames, ModelOutput, hf_hidden_states, run_encoder_blocks
-from lmprobe.models.layers import (
-    Embed,
-    LayerNorm,
-    Linear,
-    Mask,
-    activation,
-    attention,
-    check_length,
-    default_positions,
-    stacked,
-)
+from lmprobe.models.base import Family, HFNames, ModelOutput
+from lmprobe.models.encoder import BertStyleEncoder, check_head_split, roberta_positions
+from lmprobe.models.layers import Embed, LayerNorm, Linear, activation, attention, stacked
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,9 +50,7 @@ class BertConfig:
                                   "supported; only the bidirectional encoder is")
         if roberta and c.get("pad_token_id", 1) is None:
             raise CheckpointError("pad_token_id is null in the RoBERTa model config; its position ids need it")
-        if c["hidden_size"] % c["num_attention_heads"]:
-            raise CheckpointError(f"hidden_size {c['hidden_size']} is not a multiple of num_attention_heads "
-                                  f"{c['num_attention_heads']} in the model config")
+        check_head_split(c["hidden_size"], c["num_attention_heads"])
         return cls(
             vocab_size=c["vocab_size"], hidden_size=c["hidden_size"],
             intermediate_size=c["intermediate_size"], num_hidden_layers=c["num_hidden_layers"],
@@ -159,8 +148,8 @@ class BertPooler(nnx.Module):
         return jnp.tanh(self.dense(last_hidden_state[:, 0]))
 
 
-class Bert(nnx.Module):
-    """Encoder: ``model(input_ids, attention_mask) -> ModelOutput(last_hidden_state, hidden_states)``."""
+class Bert(BertStyleEncoder):
+    """BertModel / RobertaModel: word + position + token-type embeddings; an optional pooler."""
 
     def __init__(self, cfg: BertConfig, *, dtype=jnp.float32, param_dtype=jnp.float32, rngs: nnx.Rngs):
         kw = dict(dtype=dtype, param_dtype=param_dtype)
@@ -180,31 +169,11 @@ class Bert(nnx.Module):
         pad = self.config.position_padding_idx
         return self.config.max_position_embeddings - (0 if pad is None else pad + 1)
 
-    def embed(self, input_ids):
-        return self.embeddings.word_embeddings(input_ids)
-
     def default_positions(self, input_ids, key_mask):
-        """BERT: 0, 1, ... over real tokens. RoBERTa (fairseq's make_positions): real tokens count
-        from pad_token_id + 1 and pad tokens sit at pad_token_id, as HF does from input_ids (and,
-        like HF's sequential ids, from the mask alone for inputs_embeds)."""
+        """BERT: 0, 1, ... over real tokens. RoBERTa: counted from pad_token_id + 1 (roberta_positions)."""
         pad = self.config.position_padding_idx
-        if pad is None:
-            return default_positions(key_mask)
-        real = key_mask.astype(bool) if input_ids is None else key_mask.astype(bool) & (input_ids != pad)
-        return jnp.where(real, pad + jnp.cumsum(real, axis=-1), pad)
-
-    def __call__(self, input_ids=None, attention_mask=None, *, inputs_embeds=None, token_type_ids=None,
-                 positions=None, output_hidden_states=False):
-        x = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
-        b, t = x.shape[:2]
-        check_length(t, self.max_length)
-        key_mask = jnp.ones((b, t), bool) if attention_mask is None else attention_mask
-        positions = self.default_positions(input_ids, key_mask) if positions is None else positions
-        token_type_ids = jnp.zeros((b, t), jnp.int32) if token_type_ids is None else token_type_ids
-        h = self.embeddings(x, token_type_ids, positions)
-        out, per_layer = run_encoder_blocks(self.layer, h, mask=Mask(attention_mask),
-                                            output_hidden_states=output_hidden_states)
-        return ModelOutput(out, hf_hidden_states(h, per_layer, out))
+        return super().default_positions(input_ids, key_mask) if pad is None else roberta_positions(
+            input_ids, key_mask, pad)
 
     def pooled(self, output: ModelOutput):
         """BertPooler's output [B, D] (dense + tanh over [CLS]) for checkpoints that have a pooler."""

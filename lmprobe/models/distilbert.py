@@ -12,20 +12,10 @@ import dataclasses
 import jax.numpy as jnp
 from flax import nnx
 
-from lmprobe.errors import CheckpointError
 from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, POSITIONS
-from lmprobe.models.base import Family, HFNames, ModelOutput, hf_hidden_states, run_encoder_blocks
-from lmprobe.models.layers import (
-    Embed,
-    LayerNorm,
-    Linear,
-    Mask,
-    activation,
-    attention,
-    check_length,
-    default_positions,
-    stacked,
-)
+from lmprobe.models.base import Family, HFNames
+from lmprobe.models.encoder import BertStyleEncoder, check_head_split
+from lmprobe.models.layers import Embed, LayerNorm, Linear, activation, attention, stacked
 
 _EPS = 1e-12  # DistilBERT's LayerNorms have a fixed eps
 
@@ -50,8 +40,7 @@ class DistilBertConfig:
     def from_hf(cls, c: dict) -> DistilBertConfig:
         # sinusoidal_pos_embds only changes how position_embeddings is initialised; checkpoints
         # store the table, so it is read like a learned one.
-        if c["dim"] % c["n_heads"]:
-            raise CheckpointError(f"dim {c['dim']} is not a multiple of n_heads {c['n_heads']} in the model config")
+        check_head_split(c["dim"], c["n_heads"], ("dim", "n_heads"))
         return cls(vocab_size=c["vocab_size"], dim=c["dim"], hidden_dim=c["hidden_dim"],
                    n_layers=c["n_layers"], n_heads=c["n_heads"],
                    max_position_embeddings=c.get("max_position_embeddings", 512),
@@ -109,8 +98,8 @@ class TransformerBlock(nnx.Module):
         return self.output_layer_norm(self.ffn(x) + x)
 
 
-class DistilBert(nnx.Module):
-    """Encoder: ``model(input_ids, attention_mask) -> ModelOutput(last_hidden_state, hidden_states)``."""
+class DistilBert(BertStyleEncoder):
+    """DistilBertModel: word + position embeddings (no token types: ``token_type_ids`` is ignored)."""
 
     def __init__(self, cfg: DistilBertConfig, *, dtype=jnp.float32, param_dtype=jnp.float32, rngs: nnx.Rngs):
         kw = dict(dtype=dtype, param_dtype=param_dtype)
@@ -118,25 +107,8 @@ class DistilBert(nnx.Module):
         self.embeddings = Embeddings(cfg, rngs=rngs, **kw)
         self.layer = stacked(lambda r: TransformerBlock(cfg, rngs=r, **kw), cfg.n_layers, rngs)
 
-    @property
-    def max_length(self) -> int:
-        """The longest sequence the position embeddings cover."""
-        return self.config.max_position_embeddings
-
-    def embed(self, input_ids):
-        return self.embeddings.word_embeddings(input_ids)
-
-    def __call__(self, input_ids=None, attention_mask=None, *, inputs_embeds=None, token_type_ids=None,
-                 positions=None, output_hidden_states=False):
-        """``token_type_ids`` is accepted for a uniform encoder interface and ignored (DistilBERT has none)."""
-        x = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
-        b, t = x.shape[:2]
-        check_length(t, self.max_length)
-        key_mask = jnp.ones((b, t), bool) if attention_mask is None else attention_mask
-        h = self.embeddings(x, default_positions(key_mask) if positions is None else positions)
-        out, per_layer = run_encoder_blocks(self.layer, h, mask=Mask(attention_mask),
-                                            output_hidden_states=output_hidden_states)
-        return ModelOutput(out, hf_hidden_states(h, per_layer, out))
+    def embedding_output(self, x, token_type_ids, positions):
+        return self.embeddings(x, positions)
 
 
 FAMILY = Family(

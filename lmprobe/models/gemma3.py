@@ -20,23 +20,15 @@ import numpy as np
 from flax import nnx
 
 from lmprobe.errors import CheckpointError
-from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, VOCAB
-from lmprobe.models.base import (
-    Family,
-    HFNames,
-    ModelOutput,
-    frozen,
-    hf_hidden_states,
-    mask_and_positions,
-    run_blocks,
-)
+from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS
+from lmprobe.models.base import Family, HFNames, frozen
+from lmprobe.models.causal_lm import DecoderLM, untied_head
 from lmprobe.models.layers import (
     Embed,
     Linear,
     RMSNorm,
     apply_rope,
     layer_attention,
-    lm_logits,
     rope_inv_freq,
     stacked,
     update_cache,
@@ -134,8 +126,8 @@ class Gemma3Block(nnx.Module):
         return x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x))), cache
 
 
-class Gemma3(nnx.Module):
-    """Causal LM: ``model(input_ids, attention_mask) -> ModelOutput`` with fp32 logits."""
+class Gemma3(DecoderLM):
+    """Gemma3ForCausalLM: each layer is given its window's index and its RoPE frequencies."""
 
     def __init__(self, cfg: Gemma3Config, *, dtype=jnp.float32, param_dtype=jnp.float32, rngs: nnx.Rngs):
         kw = dict(dtype=dtype, param_dtype=param_dtype)
@@ -143,8 +135,7 @@ class Gemma3(nnx.Module):
         self.embed_tokens = Embed(cfg.vocab_size, cfg.hidden_size, rngs=rngs, **kw)
         self.layers = stacked(lambda r: Gemma3Block(cfg, rngs=r, **kw), cfg.num_hidden_layers, rngs)
         self.norm = RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps, unit_offset=True, rngs=rngs, **kw)
-        self.lm_head = None if cfg.tie_word_embeddings else Linear(
-            cfg.hidden_size, cfg.vocab_size, axes=(EMBED, VOCAB), use_bias=False, rngs=rngs, **kw)
+        self.lm_head = untied_head(cfg, cfg.hidden_size, rngs=rngs, **kw)
 
     def embed(self, input_ids):
         """Token embeddings times sqrt(hidden_size) (HF's inputs_embeds), the scale rounded to the compute dtype."""
@@ -153,22 +144,11 @@ class Gemma3(nnx.Module):
 
     def logits(self, hidden):
         """fp32 logits for final hidden states (call it only at the positions you need), softcapped if set."""
-        logits, cap = lm_logits(hidden, self.embed_tokens, self.lm_head), self.config.final_logit_softcapping
+        logits, cap = super().logits(hidden), self.config.final_logit_softcapping
         return logits if cap is None else cap * jnp.tanh(logits / cap)
 
-    def __call__(self, input_ids=None, attention_mask=None, *, inputs_embeds=None, positions=None,
-                 cache=None, cache_index=0, output_hidden_states=False, compute_logits=True):
-        h = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
-        mask, positions = mask_and_positions(h, attention_mask, positions, cache_index)
-        kinds = self.config.window_kinds()
-        layers = (jnp.asarray([kinds.index(w) for w in self.config.attention_windows()]),
-                  jnp.asarray(self.config.layer_inv_freq()))
-        out, per_layer, cache = run_blocks(self.layers, h, mask=mask, positions=positions, cache=cache,
-                                           cache_index=cache_index, output_hidden_states=output_hidden_states,
-                                           layer_inputs=layers)
-        last = self.norm(out)
-        return ModelOutput(last, hf_hidden_states(h, per_layer, last),
-                           self.logits(last) if compute_logits else None, cache)
+    def layer_inputs(self):
+        return self.config.window_indices(), jnp.asarray(self.config.layer_inv_freq())
 
 
 FAMILY = Family(

@@ -18,8 +18,9 @@ import dataclasses
 import jax.numpy as jnp
 from flax import nnx
 
-from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, POSITIONS, VOCAB
-from lmprobe.models.base import HF, Family, HFNames, ModelOutput, hf_hidden_states, mask_and_positions
+from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, POSITIONS
+from lmprobe.models.base import HF, Family, HFNames
+from lmprobe.models.causal_lm import DecoderLM, DecoderParts, SlidingWindows, untied_head
 from lmprobe.models.layers import (
     Embed,
     LayerNorm,
@@ -27,15 +28,13 @@ from lmprobe.models.layers import (
     activation,
     check_length,
     layer_attention,
-    lm_logits,
-    scan_layers,
     stacked,
     update_cache,
 )
 
 
 @dataclasses.dataclass(frozen=True)
-class GPT2Config:
+class GPT2Config(SlidingWindows):
     vocab_size: int
     hidden_size: int  # n_embd
     num_hidden_layers: int  # n_layer
@@ -81,10 +80,6 @@ class GPT2Config:
         """Each layer's sliding window; None is global causal attention (all of GPT-2's layers)."""
         return (None,) * self.num_hidden_layers
 
-    def window_kinds(self) -> tuple[int | None, ...]:
-        """The distinct windows; a layer's window is given to it as an index into these."""
-        return tuple(dict.fromkeys(self.attention_windows()))
-
 
 def attend(cfg: GPT2Config, q, k, v, mask, layer):
     """One layer's attention; ``layer`` = (window index, score factor), the layer's scanned inputs."""
@@ -129,15 +124,17 @@ class GPT2Block(nnx.Module):
         self.ln_2 = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_epsilon, **kw)
         self.mlp = GPT2MLP(cfg, **kw)
 
-    def __call__(self, x, *, mask, layer, cache, cache_index):
+    def __call__(self, x, *, mask, positions, layer, cache, cache_index):  # positions: unused (wpe is added before)
         a, cache = self.attn(self.ln_1(x), mask=mask, layer=layer, cache=cache, cache_index=cache_index)
         x = x + a
         return x + self.mlp(self.ln_2(x)), cache
 
 
-class GPT2(nnx.Module):
-    """Causal LM: ``model(input_ids, attention_mask) -> ModelOutput`` with fp32 logits."""
+class GPT2(DecoderLM):
+    """GPT2LMHeadModel: learned positions added to the token embeddings; each layer is given its
+    window's index and its score factor."""
 
+    parts = DecoderParts(embed="wte", blocks="h", norm="ln_f")
     attention = GPT2Attention  # the attention module of each block (GPT-Neo has its own)
 
     def __init__(self, cfg: GPT2Config, *, dtype=jnp.float32, param_dtype=jnp.float32, rngs: nnx.Rngs):
@@ -148,36 +145,14 @@ class GPT2(nnx.Module):
                          rngs=rngs, **kw)
         self.h = stacked(lambda r: GPT2Block(cfg, self.attention, rngs=r, **kw), cfg.num_hidden_layers, rngs)
         self.ln_f = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_epsilon, rngs=rngs, **kw)
-        self.lm_head = None if cfg.tie_word_embeddings else Linear(
-            cfg.hidden_size, cfg.vocab_size, axes=(EMBED, VOCAB), use_bias=False, rngs=rngs, **kw)
+        self.lm_head = untied_head(cfg, cfg.hidden_size, rngs=rngs, **kw)
 
-    def embed(self, input_ids):
-        """Token embeddings (HF's inputs_embeds); position embeddings are added in __call__."""
-        return self.wte(input_ids)
-
-    def logits(self, hidden):
-        """fp32 logits for final hidden states (call it only at the positions you need)."""
-        return lm_logits(hidden, self.wte, self.lm_head)
-
-    def __call__(self, input_ids=None, attention_mask=None, *, inputs_embeds=None, positions=None,
-                 cache=None, cache_index=0, output_hidden_states=False, compute_logits=True):
-        h = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
-        mask, positions = mask_and_positions(h, attention_mask, positions, cache_index)
+    def block_input(self, h, mask, positions):
         check_length(mask.keys.shape[-1], self.config.max_position_embeddings)
-        h = h + self.wpe(positions)
-        kinds = self.config.window_kinds()
-        layers = (jnp.asarray([kinds.index(w) for w in self.config.attention_windows()]),
-                  jnp.asarray(self.config.layer_scales(), jnp.float32))
+        return h + self.wpe(positions)
 
-        def step(block, x, inputs):
-            layer_cache, layer = inputs
-            x, layer_cache = block(x, mask=mask, layer=layer, cache=layer_cache, cache_index=cache_index)
-            return x, (x if output_hidden_states else None, layer_cache)
-
-        out, (per_layer, cache) = scan_layers(self.h, step, h, (cache, layers))
-        last = self.ln_f(out)
-        return ModelOutput(last, hf_hidden_states(h, per_layer, last),
-                           self.logits(last) if compute_logits else None, cache)
+    def layer_inputs(self):
+        return self.config.window_indices(), jnp.asarray(self.config.layer_scales(), jnp.float32)
 
 
 _H = "transformer.h.{i}."

@@ -13,18 +13,9 @@ import dataclasses
 import jax.numpy as jnp
 from flax import nnx
 
-from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, VOCAB
-from lmprobe.models.base import (
-    HF,
-    Family,
-    HFNames,
-    ModelOutput,
-    frozen,
-    hf_hidden_states,
-    hf_rope,
-    mask_and_positions,
-    run_blocks,
-)
+from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP
+from lmprobe.models.base import HF, Family, HFNames, frozen, hf_rope
+from lmprobe.models.causal_lm import DecoderLM, DecoderParts, untied_head
 from lmprobe.models.layers import (
     Embed,
     LayerNorm,
@@ -32,7 +23,6 @@ from lmprobe.models.layers import (
     activation,
     apply_rope,
     attention,
-    lm_logits,
     rope_inv_freq,
     stacked,
     update_cache,
@@ -127,8 +117,10 @@ class GPTNeoXLayer(nnx.Module):
         return self.mlp(self.post_attention_layernorm(a)) + a, cache
 
 
-class GPTNeoX(nnx.Module):
-    """Causal LM: ``model(input_ids, attention_mask) -> ModelOutput`` with fp32 logits."""
+class GPTNeoX(DecoderLM):
+    """GPTNeoXForCausalLM."""
+
+    parts = DecoderParts(embed="embed_in", norm="final_layer_norm", head="embed_out")
 
     def __init__(self, cfg: GPTNeoXConfig, *, dtype=jnp.float32, param_dtype=jnp.float32, rngs: nnx.Rngs):
         kw = dict(dtype=dtype, param_dtype=param_dtype)
@@ -136,26 +128,7 @@ class GPTNeoX(nnx.Module):
         self.embed_in = Embed(cfg.vocab_size, cfg.hidden_size, rngs=rngs, **kw)
         self.layers = stacked(lambda r: GPTNeoXLayer(cfg, rngs=r, **kw), cfg.num_hidden_layers, rngs)
         self.final_layer_norm = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, rngs=rngs, **kw)
-        self.embed_out = None if cfg.tie_word_embeddings else Linear(
-            cfg.hidden_size, cfg.vocab_size, axes=(EMBED, VOCAB), use_bias=False, rngs=rngs, **kw)
-
-    def embed(self, input_ids):
-        return self.embed_in(input_ids)
-
-    def logits(self, hidden):
-        """fp32 logits for final hidden states (call it only at the positions you need)."""
-        return lm_logits(hidden, self.embed_in, self.embed_out)
-
-    def __call__(self, input_ids=None, attention_mask=None, *, inputs_embeds=None, positions=None,
-                 cache=None, cache_index=0, output_hidden_states=False, compute_logits=True):
-        h = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
-        mask, positions = mask_and_positions(h, attention_mask, positions, cache_index)
-        out, per_layer, cache = run_blocks(self.layers, h, mask=mask, positions=positions, cache=cache,
-                                           cache_index=cache_index,
-                                           output_hidden_states=output_hidden_states)
-        last = self.final_layer_norm(out)
-        return ModelOutput(last, hf_hidden_states(h, per_layer, last),
-                           self.logits(last) if compute_logits else None, cache)
+        self.embed_out = untied_head(cfg, cfg.hidden_size, rngs=rngs, **kw)
 
 
 _L = "gpt_neox.layers.{i}."

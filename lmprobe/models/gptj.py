@@ -16,7 +16,8 @@ from flax import nnx
 
 from lmprobe.errors import CheckpointError
 from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, VOCAB
-from lmprobe.models.base import Family, HFNames, ModelOutput, hf_hidden_states, mask_and_positions, run_blocks
+from lmprobe.models.base import Family, HFNames
+from lmprobe.models.causal_lm import DecoderLM, DecoderParts
 from lmprobe.models.layers import (
     Embed,
     LayerNorm,
@@ -24,7 +25,6 @@ from lmprobe.models.layers import (
     activation,
     apply_rope,
     attention,
-    lm_logits,
     rope_inv_freq,
     stacked,
     update_cache,
@@ -105,8 +105,10 @@ class GPTJBlock(nnx.Module):
         return a + self.mlp(n) + x, cache
 
 
-class GPTJ(nnx.Module):
-    """Causal LM: ``model(input_ids, attention_mask) -> ModelOutput`` with fp32 logits."""
+class GPTJ(DecoderLM):
+    """GPTJForCausalLM: an untied LM head with a bias."""
+
+    parts = DecoderParts(embed="wte", blocks="h", norm="ln_f")
 
     def __init__(self, cfg: GPTJConfig, *, dtype=jnp.float32, param_dtype=jnp.float32, rngs: nnx.Rngs):
         kw = dict(dtype=dtype, param_dtype=param_dtype)
@@ -116,23 +118,9 @@ class GPTJ(nnx.Module):
         self.ln_f = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_epsilon, rngs=rngs, **kw)
         self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size, axes=(EMBED, VOCAB), rngs=rngs, **kw)
 
-    def embed(self, input_ids):
-        return self.wte(input_ids)
-
     def logits(self, hidden):
         """fp32 logits for final hidden states (call it only at the positions you need)."""
-        return lm_logits(hidden, self.wte, self.lm_head) + self.lm_head.bias[...].astype(jnp.float32)
-
-    def __call__(self, input_ids=None, attention_mask=None, *, inputs_embeds=None, positions=None,
-                 cache=None, cache_index=0, output_hidden_states=False, compute_logits=True):
-        h = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
-        mask, positions = mask_and_positions(h, attention_mask, positions, cache_index)
-        out, per_layer, cache = run_blocks(self.h, h, mask=mask, positions=positions, cache=cache,
-                                           cache_index=cache_index,
-                                           output_hidden_states=output_hidden_states)
-        last = self.ln_f(out)
-        return ModelOutput(last, hf_hidden_states(h, per_layer, last),
-                           self.logits(last) if compute_logits else None, cache)
+        return super().logits(hidden) + self.lm_head.bias[...].astype(jnp.float32)
 
 
 FAMILY = Family(

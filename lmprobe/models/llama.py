@@ -14,17 +14,9 @@ import jax.numpy as jnp
 from flax import nnx
 
 from lmprobe.errors import CheckpointError
-from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, VOCAB
-from lmprobe.models.base import (
-    Family,
-    HFNames,
-    ModelOutput,
-    frozen,
-    hf_hidden_states,
-    hf_rope,
-    mask_and_positions,
-    run_blocks,
-)
+from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP
+from lmprobe.models.base import Family, HFNames, frozen, hf_rope
+from lmprobe.models.causal_lm import DecoderLM, SlidingWindows, untied_head
 from lmprobe.models.layers import (
     Embed,
     Linear,
@@ -32,7 +24,6 @@ from lmprobe.models.layers import (
     activation,
     apply_rope,
     layer_attention,
-    lm_logits,
     rope_inv_freq,
     stacked,
     update_cache,
@@ -40,7 +31,7 @@ from lmprobe.models.layers import (
 
 
 @dataclasses.dataclass(frozen=True)
-class LlamaConfig:
+class LlamaConfig(SlidingWindows):
     vocab_size: int
     hidden_size: int
     intermediate_size: int
@@ -86,10 +77,6 @@ class LlamaConfig:
         """Each layer's sliding window; None is full causal attention."""
         types = self.layer_types or ("sliding_attention",) * self.num_hidden_layers
         return tuple(self.sliding_window if kind == "sliding_attention" else None for kind in types)
-
-    def window_kinds(self) -> tuple[int | None, ...]:
-        """The distinct windows; a layer's window is given to it as an index into these."""
-        return tuple(dict.fromkeys(self.attention_windows()))
 
 
 def hf_layer_types(c: dict, default: list[str]) -> tuple[str, ...]:
@@ -150,8 +137,8 @@ class LlamaBlock(nnx.Module):
         return x + self.mlp(self.post_attention_layernorm(x)), cache
 
 
-class Llama(nnx.Module):
-    """Causal LM: ``model(input_ids, attention_mask) -> ModelOutput`` with fp32 logits."""
+class Llama(DecoderLM):
+    """LlamaForCausalLM (MistralForCausalLM, Qwen2ForCausalLM): each layer is given its window's index."""
 
     def __init__(self, cfg: LlamaConfig, *, dtype=jnp.float32, param_dtype=jnp.float32, rngs: nnx.Rngs):
         kw = dict(dtype=dtype, param_dtype=param_dtype)
@@ -159,28 +146,10 @@ class Llama(nnx.Module):
         self.embed_tokens = Embed(cfg.vocab_size, cfg.hidden_size, rngs=rngs, **kw)
         self.layers = stacked(lambda r: LlamaBlock(cfg, rngs=r, **kw), cfg.num_hidden_layers, rngs)
         self.norm = RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps, rngs=rngs, **kw)
-        self.lm_head = None if cfg.tie_word_embeddings else Linear(
-            cfg.hidden_size, cfg.vocab_size, axes=(EMBED, VOCAB), use_bias=False, rngs=rngs, **kw)
+        self.lm_head = untied_head(cfg, cfg.hidden_size, rngs=rngs, **kw)
 
-    def embed(self, input_ids):
-        return self.embed_tokens(input_ids)
-
-    def logits(self, hidden):
-        """fp32 logits for final hidden states (call it only at the positions you need)."""
-        return lm_logits(hidden, self.embed_tokens, self.lm_head)
-
-    def __call__(self, input_ids=None, attention_mask=None, *, inputs_embeds=None, positions=None,
-                 cache=None, cache_index=0, output_hidden_states=False, compute_logits=True):
-        h = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
-        mask, positions = mask_and_positions(h, attention_mask, positions, cache_index)
-        kinds = self.config.window_kinds()
-        windows = jnp.asarray([kinds.index(w) for w in self.config.attention_windows()])
-        out, per_layer, cache = run_blocks(self.layers, h, mask=mask, positions=positions, cache=cache,
-                                           cache_index=cache_index, output_hidden_states=output_hidden_states,
-                                           layer_inputs=windows)
-        last = self.norm(out)
-        return ModelOutput(last, hf_hidden_states(h, per_layer, last),
-                           self.logits(last) if compute_logits else None, cache)
+    def layer_inputs(self):
+        return self.config.window_indices()
 
 
 FAMILY = Family(

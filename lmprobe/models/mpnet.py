@@ -19,17 +19,10 @@ from flax import nnx
 
 from lmprobe.errors import CheckpointError
 from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, POSITIONS
-from lmprobe.models.base import Family, HFNames, ModelOutput, hf_hidden_states, run_encoder_blocks
-from lmprobe.models.layers import (
-    Embed,
-    LayerNorm,
-    Linear,
-    Mask,
-    activation,
-    attention,
-    check_length,
-    stacked,
-)
+from lmprobe.models.base import Family, HFNames
+from lmprobe.models.bert import BertIntermediate, BertOutput
+from lmprobe.models.encoder import BertStyleEncoder, check_head_split, roberta_positions
+from lmprobe.models.layers import Embed, LayerNorm, Linear, attention, stacked
 
 PADDING_IDX = 1  # HF's MPNetEmbeddings fixes it, whatever pad_token_id says
 NUM_BUCKETS, MAX_DISTANCE = 32, 128  # HF's compute_position_bias fixes them too
@@ -50,9 +43,7 @@ class MPNetConfig:
 
     @classmethod
     def from_hf(cls, c: dict) -> MPNetConfig:
-        if c["hidden_size"] % c["num_attention_heads"]:
-            raise CheckpointError(f"hidden_size {c['hidden_size']} is not a multiple of num_attention_heads "
-                                  f"{c['num_attention_heads']} in the model config")
+        check_head_split(c["hidden_size"], c["num_attention_heads"])
         buckets = c.get("relative_attention_num_buckets", 32)
         if buckets < NUM_BUCKETS:
             raise CheckpointError(f"relative_attention_num_buckets {buckets} in the model config is fewer than "
@@ -114,32 +105,12 @@ class MPNetAttention(nnx.Module):
         return self.LayerNorm(self.attn(x, mask, bias) + x)
 
 
-class MPNetIntermediate(nnx.Module):
-    def __init__(self, cfg: MPNetConfig, *, dtype, param_dtype, rngs):
-        self.dense = Linear(cfg.hidden_size, cfg.intermediate_size, axes=(EMBED, MLP),
-                            dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.act = activation(cfg.hidden_act)
-
-    def __call__(self, x):
-        return self.act(self.dense(x))
-
-
-class MPNetOutput(nnx.Module):
-    def __init__(self, cfg: MPNetConfig, *, dtype, param_dtype, rngs):
-        kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
-        self.dense = Linear(cfg.intermediate_size, cfg.hidden_size, axes=(MLP, EMBED), **kw)
-        self.LayerNorm = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, **kw)
-
-    def __call__(self, x, residual):
-        return self.LayerNorm(self.dense(x) + residual)
-
-
 class MPNetLayer(nnx.Module):
     def __init__(self, cfg: MPNetConfig, *, dtype, param_dtype, rngs):
         kw = dict(dtype=dtype, param_dtype=param_dtype, rngs=rngs)
         self.attention = MPNetAttention(cfg, **kw)
-        self.intermediate = MPNetIntermediate(cfg, **kw)
-        self.output = MPNetOutput(cfg, **kw)
+        self.intermediate = BertIntermediate(cfg, **kw)  # as HF's MPNetIntermediate / MPNetOutput, copies of BERT's
+        self.output = BertOutput(cfg, cfg.intermediate_size, (MLP,), **kw)
 
     def __call__(self, x, *, mask, bias):
         x = self.attention(x, mask, bias)
@@ -162,8 +133,11 @@ class MPNetEncoder(nnx.Module):
         return jnp.take(table, jnp.asarray(buckets, jnp.int32), axis=0).transpose(2, 0, 1)[None]
 
 
-class MPNet(nnx.Module):
-    """Encoder: ``model(input_ids, attention_mask) -> ModelOutput(last_hidden_state, hidden_states)``."""
+class MPNet(BertStyleEncoder):
+    """MPNetModel: word + position embeddings (no token types: ``token_type_ids`` is ignored); every
+    block is given the relative position bias."""
+
+    blocks_path = "encoder.layer"
 
     def __init__(self, cfg: MPNetConfig, *, dtype=jnp.float32, param_dtype=jnp.float32, rngs: nnx.Rngs):
         kw = dict(dtype=dtype, param_dtype=param_dtype)
@@ -176,28 +150,15 @@ class MPNet(nnx.Module):
         """The longest sequence the position embeddings cover."""
         return self.config.max_position_embeddings - PADDING_IDX - 1
 
-    def embed(self, input_ids):
-        return self.embeddings.word_embeddings(input_ids)
+    def default_positions(self, input_ids, key_mask):
+        """RoBERTa's, counted from padding_idx + 1."""
+        return roberta_positions(input_ids, key_mask, PADDING_IDX)
 
-    @staticmethod
-    def default_positions(input_ids, key_mask):
-        """RoBERTa's: real tokens count from padding_idx + 1, pad tokens sit at padding_idx (from
-        the mask alone for inputs_embeds)."""
-        real = key_mask.astype(bool) if input_ids is None else key_mask.astype(bool) & (input_ids != PADDING_IDX)
-        return jnp.where(real, PADDING_IDX + jnp.cumsum(real, axis=-1), PADDING_IDX)
+    def embedding_output(self, x, token_type_ids, positions):
+        return self.embeddings(x, positions)
 
-    def __call__(self, input_ids=None, attention_mask=None, *, inputs_embeds=None, positions=None,
-                 output_hidden_states=False):
-        x = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
-        b, t = x.shape[:2]
-        check_length(t, self.max_length)
-        key_mask = jnp.ones((b, t), bool) if attention_mask is None else attention_mask
-        positions = self.default_positions(input_ids, key_mask) if positions is None else positions
-        h = self.embeddings(x, positions)
-        out, per_layer = run_encoder_blocks(self.encoder.layer, h, mask=Mask(attention_mask),
-                                            bias=self.encoder.position_bias(t),
-                                            output_hidden_states=output_hidden_states)
-        return ModelOutput(out, hf_hidden_states(h, per_layer, out))
+    def block_inputs(self, t, positions):
+        return {"bias": self.encoder.position_bias(t)}
 
 
 FAMILY = Family(name="mpnet", config_from_hf=MPNetConfig.from_hf, model=MPNet,

@@ -20,8 +20,9 @@ import numpy as np
 from flax import nnx
 
 from lmprobe.errors import CheckpointError
-from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, VOCAB
-from lmprobe.models.base import HF, Family, HFNames, ModelOutput, hf_hidden_states, mask_and_positions, run_blocks
+from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP
+from lmprobe.models.base import HF, Family, HFNames
+from lmprobe.models.causal_lm import DecoderLM, DecoderParts, untied_head
 from lmprobe.models.layers import (
     Embed,
     LayerNorm,
@@ -29,7 +30,6 @@ from lmprobe.models.layers import (
     Mask,
     activation,
     attention,
-    lm_logits,
     stacked,
     update_cache,
 )
@@ -150,8 +150,10 @@ class MPTBlock(nnx.Module):
         return x + self.ffn(self.norm_2(x)), cache
 
 
-class MPT(nnx.Module):
-    """Causal LM: ``model(input_ids, attention_mask) -> ModelOutput`` with fp32 logits."""
+class MPT(DecoderLM):
+    """MptForCausalLM (ALiBi, in each block's attention: no position embeddings)."""
+
+    parts = DecoderParts(embed="wte", blocks="blocks", norm="norm_f")
 
     def __init__(self, cfg: MPTConfig, *, dtype=jnp.float32, param_dtype=jnp.float32, rngs: nnx.Rngs):
         kw = dict(dtype=dtype, param_dtype=param_dtype)
@@ -159,28 +161,13 @@ class MPT(nnx.Module):
         self.wte = Embed(cfg.vocab_size, cfg.hidden_size, rngs=rngs, **kw)
         self.blocks = stacked(lambda r: MPTBlock(cfg, rngs=r, **kw), cfg.num_hidden_layers, rngs)
         self.norm_f = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_epsilon, use_bias=False, rngs=rngs, **kw)
-        self.lm_head = None if cfg.tie_word_embeddings else Linear(
-            cfg.hidden_size, cfg.vocab_size, axes=(EMBED, VOCAB), use_bias=False, rngs=rngs, **kw)
-
-    def embed(self, input_ids):
-        return self.wte(input_ids)
+        self.lm_head = untied_head(cfg, cfg.hidden_size, rngs=rngs, **kw)
 
     def logits(self, hidden):
         """fp32 logits for final hidden states (call it only at the positions you need); times
         ``logit_scale`` where the config sets one (MosaicML's code; transformers ignores it)."""
-        logits = lm_logits(hidden, self.wte, self.lm_head)
+        logits = super().logits(hidden)
         return logits if self.config.logit_scale is None else logits * self.config.logit_scale
-
-    def __call__(self, input_ids=None, attention_mask=None, *, inputs_embeds=None, positions=None,
-                 cache=None, cache_index=0, output_hidden_states=False, compute_logits=True):
-        h = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
-        mask, positions = mask_and_positions(h, attention_mask, positions, cache_index)
-        out, per_layer, cache = run_blocks(self.blocks, h, mask=mask, positions=positions, cache=cache,
-                                           cache_index=cache_index,
-                                           output_hidden_states=output_hidden_states)
-        last = self.norm_f(out)
-        return ModelOutput(last, hf_hidden_states(h, per_layer, last),
-                           self.logits(last) if compute_logits else None, cache)
 
 
 _B = "transformer.blocks.{i}."

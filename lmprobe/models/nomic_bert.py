@@ -18,19 +18,9 @@ from flax import nnx
 
 from lmprobe.errors import CheckpointError
 from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP
-from lmprobe.models.base import HF, Family, HFNames, ModelOutput, hf_hidden_states, hf_rope, run_encoder_blocks
-from lmprobe.models.layers import (
-    Embed,
-    LayerNorm,
-    Linear,
-    Mask,
-    activation,
-    apply_rope,
-    attention,
-    default_positions,
-    rope_inv_freq,
-    stacked,
-)
+from lmprobe.models.base import HF, Family, HFNames, hf_rope
+from lmprobe.models.encoder import BertStyleEncoder
+from lmprobe.models.layers import Embed, LayerNorm, Linear, activation, apply_rope, attention, rope_inv_freq, stacked
 
 # nomic's activation_function -> the gate's activation (its gated MLPs)
 _GATED = {"swiglu": "silu", "geglu": "gelu"}
@@ -145,8 +135,12 @@ class NomicBertLayer(nnx.Module):
         return self.norm2(x + self.mlp(x))
 
 
-class NomicBert(nnx.Module):
-    """Encoder: ``model(input_ids, attention_mask) -> ModelOutput(last_hidden_state, hidden_states)``."""
+class NomicBert(BertStyleEncoder):
+    """NomicBertModel: word + token-type embeddings, then emb_ln; every block is given the positions.
+    ``max_length`` is the context it was trained for (rotary embeddings have no table to overrun)."""
+
+    blocks_path = "layers"
+    learned_positions = False
 
     def __init__(self, cfg: NomicBertConfig, *, dtype=jnp.float32, param_dtype=jnp.float32, rngs: nnx.Rngs):
         kw = dict(dtype=dtype, param_dtype=param_dtype)
@@ -155,25 +149,11 @@ class NomicBert(nnx.Module):
         self.emb_ln = LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, rngs=rngs, **kw)
         self.layers = stacked(lambda r: NomicBertLayer(cfg, rngs=r, **kw), cfg.num_hidden_layers, rngs)
 
-    @property
-    def max_length(self) -> int:
-        """The context the model was trained for (rotary embeddings have no table to overrun)."""
-        return self.config.max_position_embeddings
+    def embedding_output(self, x, token_type_ids, positions):
+        return self.emb_ln(self.embeddings(x, token_type_ids))
 
-    def embed(self, input_ids):
-        return self.embeddings.word_embeddings(input_ids)
-
-    def __call__(self, input_ids=None, attention_mask=None, *, inputs_embeds=None, token_type_ids=None,
-                 positions=None, output_hidden_states=False):
-        x = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
-        b, t = x.shape[:2]
-        key_mask = jnp.ones((b, t), bool) if attention_mask is None else attention_mask
-        positions = default_positions(key_mask) if positions is None else positions
-        token_type_ids = jnp.zeros((b, t), jnp.int32) if token_type_ids is None else token_type_ids
-        h = self.emb_ln(self.embeddings(x, token_type_ids))
-        out, per_layer = run_encoder_blocks(self.layers, h, mask=Mask(attention_mask), positions=positions,
-                                            output_hidden_states=output_hidden_states)
-        return ModelOutput(out, hf_hidden_states(h, per_layer, out))
+    def block_inputs(self, t, positions):
+        return {"positions": positions}
 
 
 _WQKV = "encoder.layers.{i}.attn.Wqkv.weight"  # [q; k; v] rows

@@ -18,8 +18,9 @@ import dataclasses
 import jax.numpy as jnp
 from flax import nnx
 
-from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, POSITIONS, VOCAB
-from lmprobe.models.base import Family, HFNames, ModelOutput, hf_hidden_states, mask_and_positions, run_blocks
+from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, POSITIONS
+from lmprobe.models.base import Family, HFNames
+from lmprobe.models.causal_lm import DecoderLM, DecoderParts, untied_head
 from lmprobe.models.layers import (
     Embed,
     LayerNorm,
@@ -27,7 +28,6 @@ from lmprobe.models.layers import (
     activation,
     attention,
     check_length,
-    lm_logits,
     stacked,
     update_cache,
 )
@@ -120,8 +120,10 @@ class OPTDecoderLayer(nnx.Module):
         return x, cache
 
 
-class OPT(nnx.Module):
-    """Causal LM: ``model(input_ids, attention_mask) -> ModelOutput`` with fp32 logits."""
+class OPT(DecoderLM):
+    """OPTForCausalLM: project_in, then learned positions (offset 2) added; project_out before the head."""
+
+    parts = DecoderParts(norm="final_layer_norm")
 
     def __init__(self, cfg: OPTConfig, *, dtype=jnp.float32, param_dtype=jnp.float32, rngs: nnx.Rngs):
         kw = dict(dtype=dtype, param_dtype=param_dtype)
@@ -136,33 +138,19 @@ class OPT(nnx.Module):
         self.project_out = Linear(d, w, axes=(EMBED, None), use_bias=False, rngs=rngs, **kw) if projected else None
         self.layers = stacked(lambda r: OPTDecoderLayer(cfg, rngs=r, **kw), cfg.num_hidden_layers, rngs)
         self.final_layer_norm = _layer_norm(cfg, rngs=rngs, **kw) if cfg.has_final_layer_norm else None
-        self.lm_head = None if cfg.tie_word_embeddings else Linear(
-            w, cfg.vocab_size, axes=(EMBED, VOCAB), use_bias=False, rngs=rngs, **kw)
+        self.lm_head = untied_head(cfg, w, rngs=rngs, **kw)
 
-    def embed(self, input_ids):
-        """Token embeddings (HF's inputs_embeds); project_in and positions are applied in __call__."""
-        return self.embed_tokens(input_ids)
+    def block_input(self, h, mask, positions):
+        check_length(mask.keys.shape[-1], self.config.max_position_embeddings)
+        if self.project_in is not None:
+            h = self.project_in(h)
+        return h + self.embed_positions(positions + POSITION_OFFSET)
 
     def logits(self, hidden):
         """fp32 logits for final hidden states (call it only at the positions you need)."""
         if self.project_out is not None:
             hidden = self.project_out(hidden)
-        return lm_logits(hidden, self.embed_tokens, self.lm_head)
-
-    def __call__(self, input_ids=None, attention_mask=None, *, inputs_embeds=None, positions=None,
-                 cache=None, cache_index=0, output_hidden_states=False, compute_logits=True):
-        h = self.embed(input_ids) if inputs_embeds is None else inputs_embeds
-        mask, positions = mask_and_positions(h, attention_mask, positions, cache_index)
-        check_length(mask.keys.shape[-1], self.config.max_position_embeddings)
-        if self.project_in is not None:
-            h = self.project_in(h)
-        h = h + self.embed_positions(positions + POSITION_OFFSET)
-        out, per_layer, cache = run_blocks(self.layers, h, mask=mask, positions=positions, cache=cache,
-                                           cache_index=cache_index,
-                                           output_hidden_states=output_hidden_states)
-        last = out if self.final_layer_norm is None else self.final_layer_norm(out)
-        return ModelOutput(last, hf_hidden_states(h, per_layer, last),
-                           self.logits(last) if compute_logits else None, cache)
+        return super().logits(hidden)
 
 
 FAMILY = Family(

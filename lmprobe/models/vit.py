@@ -8,26 +8,21 @@ LayerNorm and, in ViTModel checkpoints that have one, a pooler (dense + tanh ove
 
 SynBench (Sec. 4) probes timm ViTs' representations; timm's pre-logits feature of a ViT is the
 [CLS] token of the final normed output, ``output.last_hidden_state[:, 0]`` here. Inputs are
-normalised pixels, (x - mean) / std with ``image_normalization(location)``.
+normalised pixels, (x - mean) / std with lmprobe.checkpoints.image_processor's ``image_normalization``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
-from lmprobe.errors import CheckpointError, LmprobeError
+from lmprobe.errors import LmprobeError
 from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, POSITIONS
-from lmprobe.models.base import Family, HFNames, ModelOutput, run_encoder_blocks
+from lmprobe.models.base import Family, HFNames, ModelOutput
+from lmprobe.models.encoder import check_head_split, run_encoder_blocks
 from lmprobe.models.layers import LayerNorm, Linear, Mask, activation, attention, param, stacked
-
-PREPROCESSOR_CONFIG = "preprocessor_config.json"
-# transformers' ViTImageProcessor defaults (IMAGENET_STANDARD_MEAN / _STD)
-DEFAULT_MEAN, DEFAULT_STD = 0.5, 0.5
 
 
 def _pair(x) -> tuple[int, int]:
@@ -55,9 +50,8 @@ class ViTConfig:
     def from_hf(cls, c: dict) -> ViTConfig:
         heads = c.get("num_attention_heads", 12)
         hidden = c.get("hidden_size", 768)
-        if not c.get("head_dim") and hidden % heads:
-            raise CheckpointError(f"hidden_size {hidden} is not a multiple of num_attention_heads {heads} "
-                                  "in the model config")
+        if not c.get("head_dim"):
+            check_head_split(hidden, heads)
         return cls(
             hidden_size=hidden, intermediate_size=c.get("intermediate_size", 3072),
             num_hidden_layers=c.get("num_hidden_layers", 12), num_attention_heads=heads,
@@ -216,34 +210,6 @@ class ViT(nnx.Module):
             raise LmprobeError("this ViT checkpoint has no pooler (a ViTForImageClassification, or a ViTModel "
                                "saved without add_pooling_layer): use output.last_hidden_state[:, 0]")
         return self.pooler(output.last_hidden_state)
-
-
-def image_normalization(location: str, num_channels: int = 3) -> tuple[np.ndarray, np.ndarray]:
-    """(mean [C], std [C]) of a checkpoint's image processor: pixels enter as (x - mean) / std.
-
-    Read from ``preprocessor_config.json`` (image_mean, image_std; identity when do_normalize is
-    false) in the checkpoint directory; transformers' ViTImageProcessor defaults (0.5, 0.5) when
-    absent.
-    """
-    from lmprobe.checkpoints.base import read_json
-
-    path = os.path.join(location, PREPROCESSOR_CONFIG)
-    conf = read_json(path, "image preprocessor config") if os.path.isfile(path) else {}
-    if not isinstance(conf, dict):
-        raise CheckpointError(f"image preprocessor config '{path}' is not a JSON object: re-download it")
-    if not conf.get("do_normalize", True):
-        return np.zeros(num_channels, np.float32), np.ones(num_channels, np.float32)
-
-    def per_channel(key, default):
-        value = np.asarray(conf.get(key, default), np.float32).reshape(-1)
-        if value.size == 1:
-            value = np.repeat(value, num_channels)
-        if value.size != num_channels or (key == "image_std" and np.any(value <= 0)):
-            raise CheckpointError(f"{key} {conf[key]} in '{path}' is not {num_channels} per-channel values"
-                                  f"{' > 0' if key == 'image_std' else ''}: fix or re-download the file")
-        return value
-
-    return per_channel("image_mean", DEFAULT_MEAN), per_channel("image_std", DEFAULT_STD)
 
 
 # Tensor names as saved (checkpoint layout: encoder.layer.N.attention.attention.query, ...);

@@ -10,7 +10,7 @@ import torch
 from flax import nnx
 from transformers import ViTConfig, ViTForImageClassification, ViTModel
 
-from lmprobe.checkpoints import load
+from lmprobe.checkpoints import image_processor, load
 from lmprobe.errors import CheckpointError, LmprobeError
 from lmprobe.models import vit
 from tests.models.parity import save_random
@@ -84,21 +84,21 @@ def test_tokenizer_request_is_refused(tiny):
 
 
 def test_image_normalization(tmp_path):
-    mean, std = vit.image_normalization(str(tmp_path))  # no preprocessor_config.json: HF's defaults
+    mean, std = image_processor.image_normalization(str(tmp_path))  # no preprocessor_config.json: HF's defaults
     np.testing.assert_array_equal(mean, [0.5] * 3)
     np.testing.assert_array_equal(std, [0.5] * 3)
-    conf = tmp_path / vit.PREPROCESSOR_CONFIG
+    conf = tmp_path / image_processor.PREPROCESSOR_CONFIG
     conf.write_text(json.dumps({"image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225]}))
-    mean, std = vit.image_normalization(str(tmp_path))
+    mean, std = image_processor.image_normalization(str(tmp_path))
     np.testing.assert_allclose(mean, [0.485, 0.456, 0.406])
     np.testing.assert_allclose(std, [0.229, 0.224, 0.225])
     conf.write_text(json.dumps({"do_normalize": False, "image_mean": [0.485, 0.456, 0.406]}))
-    mean, std = vit.image_normalization(str(tmp_path))
+    mean, std = image_processor.image_normalization(str(tmp_path))
     np.testing.assert_array_equal(mean, [0.0] * 3)
     np.testing.assert_array_equal(std, [1.0] * 3)
     conf.write_text(json.dumps({"image_mean": [0.5, 0.5]}))
     with pytest.raises(CheckpointError, match="image_mean"):
-        vit.image_normalization(str(tmp_path))
+        image_processor.image_normalization(str(tmp_path))
 
 
 @pytest.mark.parametrize("change", [dict(hidden_act="quick_gelu"), dict(pooler_act="sigmoid")])
