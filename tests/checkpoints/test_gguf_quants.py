@@ -278,7 +278,7 @@ def _installed_ladder_file(alias: str) -> str | None:
 
         path = ladder_path(alias)
     except Exception:  # noqa: BLE001 - not installed, or the ladder module is absent
-        from lmprobe.checkpoints.tokenizer import cache_root
+        from lmprobe.cache import cache_root
 
         found = sorted(glob.glob(os.path.join(cache_root(), "models", alias, "*.gguf")))
         path = found[0] if found else None

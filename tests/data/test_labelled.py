@@ -147,13 +147,13 @@ REVIEWS = [(1 if i % 2 else -1, f"review {i} .\nsecond sentence of review {i} ."
 @pytest.fixture
 def pang_lee(tmp_path, monkeypatch):
     """The fixture archive installed (the --find-links path) into LMPROBE_CACHE=tmp_path/cache."""
-    from experiments import assets
+    from lmprobe.install import data as install_data
 
     monkeypatch.setenv("LMPROBE_CACHE", str(tmp_path / "cache"))
     links = tmp_path / "links"
     links.mkdir()
     asset = fake_pang_lee(links, monkeypatch, SENTENCES, REVIEWS)
-    assets.install_data(asset, str(tmp_path / "cache"), find_links=str(links))
+    install_data.install(asset, str(tmp_path / "cache"), find_links=str(links))
     return asset
 
 

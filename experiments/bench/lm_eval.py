@@ -1,6 +1,6 @@
 """An lm-eval task's wall time on lmprobe's backend against lm-eval's own HF backend, same model, same run.
 
-    python -m experiments.bench_lm_eval [--tasks=lmprobe_sentiment --include_path=tests/integrations/fixtures
+    python -m experiments.bench.lm_eval [--tasks=lmprobe_sentiment --include_path=tests/integrations/fixtures
         --model=smollm2-135m --hf_model_args=... --batch_size=16 --limit=N --num_fewshot=K]
 
 Each backend loads once (timed apart) and runs the task twice through ``lm_eval.simple_evaluate``: the first
@@ -48,7 +48,8 @@ def timed_requests(lm, spent: list) -> None:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m experiments.bench.lm_eval", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tasks", default="lmprobe_sentiment", help="comma-separated lm-eval task names, timed apart")
     p.add_argument("--include_path", default=os.path.normpath(FIXTURES), help="extra task directory")
     p.add_argument("--model", default="smollm2-135m", help="lmprobe's model name")

@@ -1,7 +1,7 @@
 """BYOD wall time: lmprobe's engine against the reference method, side by side, with both sides'
 metric values.
 
-    python -m experiments.bench_byod [--n=1000 --ref_n=100 --metrics=... --batch_size=16 --ref_threads=0]
+    python -m experiments.bench.byod [--n=1000 --ref_n=100 --metrics=... --batch_size=16 --ref_threads=0]
 
 Ours: one ``byod.run`` of every metric on smollm2-135m over the default corpus, N examples per
 metric, end to end (pair building, packed rows with shared prefixes computed once, sentences
@@ -148,7 +148,7 @@ def ours_on(name: str, records, config) -> float:
 
 @main_guard
 def main(argv=None):
-    p = parser(__doc__, "bench_byod")
+    p = parser(__doc__, "bench.byod")
     p.add_argument("--model", default="smollm2-135m", help="model to time")
     p.add_argument("--n", type=int, default=1000, help="examples per metric (ours)")
     p.add_argument("--ref_n", type=int, default=100, help="examples per metric the reference runs on (0: ours only)")

@@ -1,6 +1,6 @@
 """Real-weight checks of the model ladder: lmprobe against transformers on the same files.
 
-    python -m experiments.check_ladder [--models=gemma3-270m,qwen2.5-coder-0.5b,...] [--out=FILE.md]
+    python -m experiments.bench.check_ladder [--models=gemma3-270m,qwen2.5-coder-0.5b,...] [--out=FILE.md]
 
 Decoders (smollm2-135m and the ladder's GGUF files): lmprobe's load against transformers' own GGUF
 loading of the same file (``AutoModelForCausalLM.from_pretrained(dir, gguf_file=...)``, which needs
@@ -218,8 +218,9 @@ def check_encoder(alias: str) -> dict:
 
 
 def run_one(alias: str) -> dict:
-    from lmprobe.checkpoints.ladder import ASSETS, install_command, ladder_path
+    from lmprobe.checkpoints.ladder import ASSETS, ladder_path
     from lmprobe.errors import CheckpointError
+    from lmprobe.installed import install_command
 
     if alias in ASSETS:
         try:
@@ -263,7 +264,8 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m experiments.bench.check_ladder", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default=",".join(DECODERS + ENCODERS), help="comma-separated, run in this order")
     p.add_argument("--out", default=None, help="also write the markdown report here")
     p.add_argument("--one", default=None, help=argparse.SUPPRESS)  # child process: one model, JSON to --json
@@ -279,7 +281,8 @@ def main(argv=None):
         print(f"== {alias}", flush=True)
         with tempfile.NamedTemporaryFile(suffix=".json") as f:
             start = time.perf_counter()
-            proc = subprocess.run([sys.executable, "-m", "experiments.check_ladder", "--one", alias, "--json", f.name])
+            proc = subprocess.run([sys.executable, "-m", "experiments.bench.check_ladder", "--one", alias,
+                                   "--json", f.name])
             try:
                 with open(f.name) as g:
                     row = json.load(g)

@@ -1,6 +1,6 @@
 """Times the kernels/ package against numpy/scipy references at realistic sizes.
 
-    python -m experiments.bench_kernels [--quick] [--json=PATH] [--repeats=5] [--seed=0]
+    python -m experiments.bench.kernels [--quick] [--json=PATH] [--repeats=5] [--seed=0]
 
 JAX times are the median of --repeats runs after one compiling call (block_until_ready);
 reference times are the median of fewer runs (one for the slow ones). Where a reference is
@@ -383,7 +383,7 @@ def print_table(rows, memory):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m experiments.bench.kernels", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="small sizes, for a smoke test")
     p.add_argument("--json", default=None, help="also write the figures to this path")
     p.add_argument("--repeats", type=int, default=5, help="timed runs per JAX kernel (median)")

@@ -1,7 +1,7 @@
 """SynTextBench's embedding stage in sentences/s: the real synthetic sentences of two levels,
 embedded with the paper's pooling (encoders first_last_avg, decoders last token).
 
-    python -m experiments.bench_embedding [MODEL=minilm-l6] [N=2048]
+    python -m experiments.bench.embedding [MODEL=minilm-l6] [N=2048]
 
 Prints the best of two timed passes after a warm-up that compiles the common buckets. To compare
 two versions of lmprobe, run it from each checkout (PYTHONPATH=CHECKOUT) in the same hour.
@@ -20,6 +20,9 @@ from lmprobe.methods import syntextbench
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] in (["-h"], ["--help"]):
+        print(__doc__)
+        return
     model = argv[0] if argv else "minilm-l6"
     n = int(argv[1]) if len(argv) > 1 else 2048
     tasks = syntextbench.build_tasks(syntextbench.Config(n=n, levels=(0.2, 0.8), baselines=False, icl_examples=0))

@@ -1,6 +1,6 @@
 """Seconds per perturbed sample of SCoPE's search, against the reference method, same machine.
 
-    python -m experiments.bench_scope [--samples=20 --capability=synonym,typo]
+    python -m experiments.bench.scope [--samples=20 --capability=synonym,typo]
 
 Ours: lmprobe's batched greedy search (search.py) with a minilm-l6 classifier (a linear head
 trained as a probe on the offline silver data), jit warmed on other texts first. Reference:
@@ -22,7 +22,7 @@ import numpy as np
 from lmprobe.data.labelled import load_labelled
 from lmprobe.engine import Scorer
 from lmprobe.methods.scope import capabilities, training
-from lmprobe.methods.scope.search import _initial_states, search
+from lmprobe.methods.scope.search import initial_states, search
 
 
 def reference_search(texts, capability, tokenizer, torch_model, head_w, head_b, seed=0):
@@ -38,7 +38,7 @@ def reference_search(texts, capability, tokenizer, torch_model, head_w, head_b, 
         return torch.softmax(pooled @ head_w + head_b, -1)[0].numpy()
 
     chosen, calls = {}, 0
-    for state in _initial_states(texts, capability, seed, 0, {}):
+    for state in initial_states(texts, capability, seed, 0, {}):
         base = probs(texts[state.index])
         calls += 1
         best = None
@@ -57,7 +57,7 @@ def reference_search(texts, capability, tokenizer, torch_model, head_w, head_b, 
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m experiments.bench.scope", description=__doc__)
     p.add_argument("--samples", type=int, default=20)
     p.add_argument("--capability", default="synonym,typo")
     args = p.parse_args(argv)

