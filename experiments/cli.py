@@ -70,9 +70,14 @@ def method_group(cls) -> str:
     return f"method ({cls.__module__}.{cls.__qualname__})"
 
 
+METHOD_SHARED = ("seed",)  # method Config fields that read the shared flag of their name (every seed is --seed)
+
+
 def method(p: flags.Parser, cls, **kwargs) -> flags.Flags:
-    """The flags of a method's Config (fields the shared group has, such as seed, read those)."""
-    return flags.add(p, cls, group=method_group(cls), **kwargs)
+    """The flags of a method's Config. Its ``seed`` reads the shared --seed (METHOD_SHARED); any
+    other field named as a shared flag must get its own flag name (``names={"batch_size": ...}``):
+    flags.add raises otherwise."""
+    return flags.add(p, cls, group=method_group(cls), **{"shared": METHOD_SHARED, **kwargs})
 
 
 def front_end(p: flags.Parser, cls, **kwargs) -> flags.Flags:
@@ -107,10 +112,10 @@ def scorer_kwargs(args) -> dict:
 
 def load_scorer(args, name: str | None = None, **kwargs):
     """The Scorer of ``name`` (default --model) as the shared flags describe it; variants
-    (NAME@noise=SIGMA, @drop-layer=K, @int8, @bf16: lmprobe.methods.scope.variants) applied."""
-    from lmprobe.methods.scope import variants
+    (NAME@noise=SIGMA, @drop-layer=K, @int8, @bf16: lmprobe.checkpoints.variants) applied."""
+    from lmprobe.engine import Scorer
 
-    return variants.load_scorer(name or args.model, **{**scorer_kwargs(args), **kwargs})
+    return Scorer.load(name or args.model, **{**scorer_kwargs(args), **kwargs})
 
 
 def load_checkpoint(args, name: str, **kwargs):
@@ -127,9 +132,9 @@ def load_checkpoint(args, name: str, **kwargs):
 def require_kind(args, names, what: str, accepted) -> None:
     """Refuse, before any weight is read, each model of ``names`` whose kind (causal LM, encoder,
     encoder-decoder: the family its config.json names) ``what`` cannot use (``accepted``)."""
-    from lmprobe.engine.plan import hf_config
+    from lmprobe.checkpoints import variants
+    from lmprobe.checkpoints.model_config import hf_config
     from lmprobe.methods import require_kind as check
-    from lmprobe.methods.scope import variants
     from lmprobe.models import family_for
 
     for name in names:

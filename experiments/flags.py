@@ -17,7 +17,8 @@ Types: bool (``--x`` / ``--no_x``), int, float, str, ``X | None`` ('none' gives 
 ``Literal[...]`` or ``choices=`` (checked per item); ranges through ``convert={"n": bounded(1)}``. A bad
 value is one line on stderr and exit status 2. ``--config=FILE`` (YAML or JSON: flag names to values)
 sets defaults; flags on the command line override it. A field whose flag the parser already has
-(``--seed``) reads that flag.
+reads that flag only when declared ``shared`` (a method's ``seed`` reads the shared ``--seed``); any
+other such field is an error when the parser is built: give it its own flag name with ``names``.
 """
 
 from __future__ import annotations
@@ -176,6 +177,10 @@ class Parser(argparse.ArgumentParser):
         self._groups: dict[str, argparse._ArgumentGroup] = {}
         self.trailing: tuple[str, ...] = ()  # group titles --help lists last
 
+    def has_flag(self, flag: str) -> bool:
+        """Whether an argument already takes option string ``flag`` ('--seed')."""
+        return flag in self._option_string_actions
+
     def group(self, title: str | None):
         if title is None:
             return self
@@ -319,12 +324,14 @@ def comments(cls) -> dict[str, str]:
 
 def add(parser: Parser, cls, *, group: str | None = None, help: dict | None = None, names: dict | None = None,
         aliases: dict | None = None, choices: dict | None = None, convert: dict | None = None,
-        defaults: dict | None = None) -> Flags:
+        defaults: dict | None = None, shared=()) -> Flags:
     """A flag per field of dataclass ``cls`` in argument group ``group``.
 
     ``help`` / ``defaults`` / ``choices``: per-field overrides; ``names``: field -> flag name (dest);
     ``aliases``: field -> extra option string(s) ('--eps'); ``convert``: field -> text -> value
-    (a list result is spliced into a tuple flag)."""
+    (a list result is spliced into a tuple flag); ``shared``: fields that read the flag of their
+    name when the parser already has it (``seed``: --seed). Any other field whose flag the parser
+    already has is a TypeError naming the field and the fix, never a silent second meaning."""
     help, names, aliases = help or {}, names or {}, aliases or {}
     choices, convert, defaults = choices or {}, convert or {}, defaults or {}
     hints, notes, target = typing.get_type_hints(cls), comments(cls), parser.group(group)
@@ -335,8 +342,12 @@ def add(parser: Parser, cls, *, group: str | None = None, help: dict | None = No
         name = names.get(f.name, f.name)
         dests[f.name] = name
         flag = f"--{name}"
-        if flag in parser._option_string_actions:  # a shared flag (--seed, --batch_size)
-            continue
+        if parser.has_flag(flag):
+            if f.name in shared:  # reads the parser's flag (--seed)
+                continue
+            raise TypeError(f"{cls.__module__}.{cls.__qualname__}.{f.name}: the parser already has {flag}, so the "
+                            f"field would silently read it; give the field its own flag (names={{'{f.name}': "
+                            f"'PREFIX_{name}'}}), or declare that it means the same (shared=('{f.name}',))")
         base, optional, many, literal = kind(hints[f.name])
         default = defaults.get(f.name, f.default)
         if f.name not in defaults and f.default_factory is not dataclasses.MISSING:

@@ -100,10 +100,7 @@ def main(argv=None):
     data = load_labelled(args.dataset, text_column=args.text_column, label_column=args.label_column,
                          split=evaluation_split(args.dataset, args.split),
                          max_examples=args.max_examples, seed=args.seed)
-    mstemp.check_data(data)
-    if config.label_names and len(config.label_names) != len(data.label_names):
-        raise LmprobeError(f"--label_names gives {plural(len(config.label_names), 'name')} for "
-                           f"{plural(len(data.label_names), 'class', 'classes')} {list(data.label_names)}")
+    mstemp.check_data(data, config)
     out = output_dir(args.output_dir)  # before any model work: a directory we cannot write fails now
     log.info(f"{plural(len(data), 'seed')} from {data.source}; classes {list(data.label_names)}")
     if not config.label_names and all(n.isdigit() for n in data.label_names):

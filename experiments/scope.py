@@ -6,7 +6,7 @@
         [--output_dir=runs/scope]
 
 Model names: anything lmprobe loads, with variants (smollm2-135m@bf16, @int8,
-@drop-layer=K; lmprobe.methods.scope.variants) and black boxes known only through samples
+@drop-layer=K; lmprobe.checkpoints.variants) and black boxes known only through samples
 (blackbox:NAME, --samples draws per text). Classification: decoders are zero-shot classifiers
 (label-word log-probabilities); encoders get a head fine-tuned on the whole training split
 (--head=finetune, App. A recipe; --max_train caps it) or a linear probe (--head=probe). The head
@@ -36,9 +36,10 @@ import dataclasses
 
 from experiments import cli, flags
 from experiments.cli import log, main_guard, output_dir, progress, say
+from lmprobe.checkpoints import variants
 from lmprobe.data.labelled import DEFAULT, evaluation_split, load_labelled, named_dataset
-from lmprobe.errors import LmprobeError
-from lmprobe.methods.scope import capabilities, metrics, models, training, variants
+from lmprobe.methods.scope import build as scope_build
+from lmprobe.methods.scope import capabilities, metrics, training
 from lmprobe.methods.scope import plots as scope_plots
 from lmprobe.methods.scope import run as scope_run
 from lmprobe.models import CAUSAL_LM
@@ -75,7 +76,7 @@ class FrontEnd:
 def build_parser():
     p = cli.parser(__doc__, "scope")
     cli.front_end(p, FrontEnd, aliases={"reference": "--model"},
-                  choices={"head": ("auto", "finetune", "probe", "zero-shot", "checkpoint")},
+                  choices={"head": scope_build.CLASSIFIER_HEADS},
                   convert=dict.fromkeys(("max_examples", "max_train", "samples"), flags.bounded(1)))
     method = cli.method(p, scope_run.Config, aliases={"n_bootstrap": "--bootstrap"},
                         choices={"capability": tuple(capabilities.CAPABILITIES), "task": scope_run.TASKS,
@@ -100,43 +101,6 @@ def _data(args):
     train, test = data.split(0.2, seed=args.seed)
     return (train.subset(range(len(train) if args.max_train is None else min(len(train), args.max_train))),
             test.subset(range(min(len(test), args.max_examples))))
-
-
-class _Models:
-    """Builds each named model once."""
-
-    def __init__(self, run, train_flags, train):
-        self.args, self.run, self.train_flags, self.train, self.built = run.args, run, train_flags, train, {}
-
-    def __call__(self, name: str):
-        if name not in self.built:
-            self.built[name] = self._build(name)
-        return self.built[name]
-
-    def _build(self, name: str):
-        args = self.args
-        if name.startswith("blackbox:"):
-            inner = self(name.split(":", 1)[1])
-            if inner.label_names is None:
-                raise LmprobeError(f"'{name}': black boxes give labels, so they need --task=classify")
-            return models.SampledModel(name, models.sampler_from(inner), inner.label_names, k=args.samples,
-                                       seed=args.seed, unknown_token=inner.unknown_token)
-        scorer = self.run.loaded(name, cli.load_scorer(args, name))
-        if args.task == "lm":
-            return models.NextToken(name, scorer)
-        names = self.train.label_names
-        head = args.head if args.head != "auto" else ("zero-shot" if scorer.is_decoder else "finetune")
-        if head == "zero-shot":
-            return models.ZeroShotClassifier(name, scorer, names)
-        if head == "checkpoint":
-            return training.from_checkpoint(scorer, names, name=name)
-        config = self.train_flags.make(args, learning_rate=args.learning_rate or (2e-5 if head == "finetune" else 1e-2))
-        train_fn = training.finetune if head == "finetune" else training.linear_probe
-        kw = {"progress": progress} if head == "finetune" else {}
-        model, losses = train_fn(scorer, self.train.texts, self.train.labels, names, config=config, name=name, **kw)
-        log.info(f"{name}: {head} on {plural(len(self.train), 'example')}, epoch losses "
-                 + ", ".join(f"{l:.4f}" for l in losses))
-        return model
 
 
 def _summary(result: dict) -> str:
@@ -170,13 +134,15 @@ def main(argv=None):
     for name in [args.reference, *targets]:
         variants.split_name(name.split(":", 1)[-1])  # bad variant names fail before loading
     if args.task == "lm" or args.head == "zero-shot":  # next-token outputs: causal LMs only, refused before loading
-        cli.require_kind(args, [n for n in (args.reference, *targets) if not n.startswith("blackbox:")],
+        cli.require_kind(args, [n for n in (args.reference, *targets) if not n.startswith(scope_build.BLACK_BOX)],
                          "scope --task=lm" if args.task == "lm" else "scope --head=zero-shot", (CAUSAL_LM,))
     train, test = _data(args)
     out = output_dir(args.output_dir)  # before any model work: a directory we cannot write fails now
     log.info(f"dataset {test.source}: {len(train)} training, {len(test)} base examples, "
              f"labels {list(test.label_names)}")
-    build = _Models(run, train_flags, train)
+    build = scope_build.Models(lambda name: run.loaded(name, cli.load_scorer(args, name)), task=args.task,
+                               head=args.head, train=train, train_config=train_flags.make(args),
+                               samples=args.samples, seed=args.seed, progress=progress)
     reference = build(args.reference)
     texts, labels, decode = test.texts, test.labels, None
     if args.task == "lm":

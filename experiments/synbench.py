@@ -25,22 +25,17 @@ nats) on the cached representations of --baseline_scale.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import math
-import os
 
 from experiments import cli, flags
 from experiments.cli import load_scorer, main_guard, output_dir, progress, say
 from lmprobe.data import gaussian
-from lmprobe.errors import LmprobeError
-from lmprobe.methods import robust_probe, synbench
+from lmprobe.methods import robust_probe, synbench, synbench_models
 from lmprobe.report import plots
 from lmprobe.report.artifacts import join
 from lmprobe.report.text import plural, timings
 
-DEFAULT_MODEL = "identity"
-FUNCTION_INPUT_SHAPE = (64,)  # d for identity / random_projection / custom functions (n >> d: score ~ 1)
-PROJECTION_DIM = 32
+DEFAULT_MODEL = synbench_models.IDENTITY
 
 
 def _scale(text: str):
@@ -61,7 +56,7 @@ class FrontEnd:
     model: str = DEFAULT_MODEL
     input_shape: tuple[int, ...] | None = None  # input of identity / random_projection / functions: 3,224,224 or 8x576
     channel_axis: int | None = None  # channel axis of the band covariance (functions)
-    projection_dim: int = PROJECTION_DIM  # output width of random_projection
+    projection_dim: int = synbench_models.PROJECTION_DIM  # output width of random_projection
     seq_len: int = synbench.DEFAULT_SEQ_LEN  # tokens per Gaussian input (LMs)
     pooling: str | None = None  # LMs: mean, cls, last, first_last_avg (none: last for decoders, mean for encoders)
     layer: int = -1  # LMs: hidden layer to pool
@@ -74,56 +69,29 @@ def build_parser():
     cli.front_end(p, FrontEnd, convert={"input_shape": _dims, "projection_dim": flags.bounded(1),
                                         "seq_len": flags.bounded(1),
                                         "input_scale": flags.bounded(0, base=float, strict=True)})
-    method = cli.method(p, synbench.Config, aliases={"epsilons": "--eps"},
-                        convert={"scales": _scale, "norm": _norm},
+    method = cli.method(p, synbench.Config, aliases={"epsilons": "--eps"}, names={"batch_size": "sample_batch_size"},
+                        convert={"scales": _scale, "norm": _norm, "batch_size": flags.bounded(1)},
                         choices={"covariance": gaussian.COVARIANCES, "probe_attack": robust_probe.ATTACKS})
     p.group(cli.method_group(synbench.Config)).add_argument(
         "--absolute_eps", dest="relative_epsilon", action="store_false", help="same as --no_relative_epsilon")
+    # the models' per-device batch (the shared --batch_size) defaults to one batch of samples: one call each
     p.set_defaults(batch_size=synbench.Config.batch_size)
     return p, method
 
 
-def representation_for(args, run: cli.Run | None = None) -> synbench.Representation:
-    """The representation network NAME describes (models load here, after the checks)."""
-    name, shape = args.model, args.input_shape or FUNCTION_INPUT_SHAPE
-    common = {"batch_size": args.batch_size, "channel_axis": args.channel_axis}
-    if name == "identity":
-        return synbench.identity_representation(shape, **common)
-    if name == "random_projection":
-        return synbench.random_projection_representation(shape, args.projection_dim, seed=args.seed, **common)
-    if ":" in name and not os.path.exists(name):
-        module, _, attr = name.partition(":")
-        try:
-            fn = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as e:
-            raise LmprobeError(f"--model={name}: cannot import function {attr!r} from module {module!r} "
-                               f"({e})") from None
-        return synbench.function_representation(name, fn, shape, **common)
-    from lmprobe.checkpoints.resolve import resolve
-    from lmprobe.methods.scope import variants
-    from lmprobe.models import family_for
-
-    base, applied = variants.split_name(name)
-    ckpt = resolve(base, offline=cli.offline(args), allow_pickle=args.allow_pickle, revision=args.revision)
-    if family_for(ckpt.config, where=ckpt.location).name == "vit":
-        if applied:
-            raise LmprobeError(f"--model={name}: variants ({', '.join(applied)}) apply to language models; "
-                               f"give the ViT checkpoint as {base}")
-        from lmprobe.checkpoints import identity
-        from lmprobe.engine.scorer import model_identity
-        from lmprobe.models import vit
-
-        loaded = cli.load_checkpoint(args, name, tokenizer=False)
-        about = model_identity(loaded.model, name=name, checkpoint=identity(loaded.checkpoint), dtype=cli.dtype(args))
-        if run is not None:
-            run.checkpoints.append(about)
-        cfg = loaded.config
-        mean, std = vit.image_normalization(loaded.checkpoint.location, cfg.num_channels)
-        return synbench.vit_representation(loaded.model, name, mean=mean, std=std, image_size=cfg.image_size,
-                                           channels=cfg.num_channels, batch_size=args.batch_size, identity=about)
-    scorer = load_scorer(args) if run is None else run.loaded(name, load_scorer(args))
-    return synbench.scorer_representation(scorer, name, seq_len=args.seq_len, pooling=args.pooling, layer=args.layer,
-                                          input_scale=args.input_scale)
+def load_representation(args, run: cli.Run) -> synbench.Representation:
+    """--model's representation (synbench_models.load_representation), its models loaded as the
+    shared flags describe them and recorded in ``run``."""
+    rep = synbench_models.load_representation(
+        args.model, load_scorer=lambda name: run.loaded(name, load_scorer(args, name)),
+        load_checkpoint=lambda name: cli.load_checkpoint(args, name, tokenizer=False), dtype=cli.dtype(args),
+        seed=args.seed, batch_size=args.batch_size, input_shape=args.input_shape, channel_axis=args.channel_axis,
+        projection_dim=args.projection_dim, seq_len=args.seq_len, pooling=args.pooling, layer=args.layer,
+        input_scale=args.input_scale, offline=cli.offline(args), revision=args.revision,
+        allow_pickle=args.allow_pickle)
+    if rep.checkpoint is not None:
+        run.checkpoints.append(rep.checkpoint)
+    return rep
 
 
 def summary(result: dict) -> str:
@@ -176,7 +144,7 @@ def main(argv=None):
     config = method.make(args)
     config.check()  # bad settings fail before any model loads
     out = output_dir(args.output_dir)  # so does a directory we cannot write
-    rep = representation_for(args, run)
+    rep = load_representation(args, run)
     result = synbench.run(rep, config, cache_dir=join(out, "cache"), progress=progress).to_json()
     result["argmax_eps"] = {str(a): robust_probe.suggest_epsilon(result["scores"], a) for a in config.a_t}
     run.write(join(out, "results.json"), result)

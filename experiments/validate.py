@@ -17,7 +17,7 @@ correlating, so a positive correlation always means "the proxy orders models as 
 BYOD's other sensitivities count as higher-is-better, as in the paper (negation tracks TriviaQA,
 long-range and word order track LAMBADA).
 
-Model names take variants (lmprobe.methods.scope.variants): NAME@noise=SIGMA (seeded Gaussian
+Model names take variants (lmprobe.checkpoints.variants): NAME@noise=SIGMA (seeded Gaussian
 noise, sigma x each tensor's rms), NAME@drop-layer=K, NAME@int8, NAME@bf16; a noise ladder has
 a known order. Each (model, stage) result is cached under OUTPUT_DIR/models, keyed by the model's
 identity and the stage's settings: a rerun, or a run with more models, computes only what is new.
@@ -35,11 +35,11 @@ import numpy as np
 
 from experiments import cli, flags
 from experiments.cli import log, main_guard, output_dir, progress, say
+from lmprobe.checkpoints import variants
 from lmprobe.data import corpus as corpus_lib
 from lmprobe.data.labelled import load_labelled
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import byod, model_key, realtask, synbench, syntextbench
-from lmprobe.methods.scope import variants
 from lmprobe.report import correlation, plots
 from lmprobe.report.artifacts import cache_key, cached_json, join
 from lmprobe.report.text import number, plural

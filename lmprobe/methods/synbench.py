@@ -89,7 +89,7 @@ class Config:
     norm: float = 2.0  # p of the l_p budget: 1, 2 or inf
     relative_epsilon: bool = True  # eps is a fraction of ||mu|| (--no_relative_epsilon or --absolute_eps: the radius)
     seed: int = 0
-    batch_size: int = 64
+    batch_size: int = 64  # Gaussian samples per generated batch, each fed to the representation at once
     robust_probe: bool = False  # after scoring: standard and eps-robust linear probes at eps = argmax score (Table 6)
     probe_a_t: float = 0.7  # the robust probe's eps is argmax_eps SynBench-Score at this a_t (one of a_t)
     probe_attack: str = "input"  # robust probe's PGD-l2 attacks the input through f (the paper) or the representation
@@ -160,6 +160,8 @@ class Representation:
     # (None: not differentiable, e.g. a language model; the robust probe then attacks the representation)
     encoder: Callable | None = None
     encoder_params: object = None
+    # a checkpoint loaded for this representation: its model_identity, location included (run_info; not in cache keys)
+    checkpoint: dict | None = None
 
     def spec(self, config: Config) -> gaussian.GaussianSpec:
         return gaussian.GaussianSpec(tuple(self.input_shape), config.covariance, tuple(config.band),
@@ -273,11 +275,11 @@ def vit_representation(model, name: str, *, mean, std, image_size, channels: int
                        batch_size: int = 64, identity: dict | None = None) -> Representation:
     """A vision transformer's [CLS] token of the final normed output (timm's pre-logits, the
     paper's features): pixels [B, C, H, W] around 0.5, normalised (x - mean) / std per channel.
-    ``identity``: what the model is, for the cache key (``lmprobe.engine.scorer.model_identity``
+    ``identity``: what the model is, for the cache key (``lmprobe.engine.model_identity``
     with the checkpoint's ``lmprobe.checkpoints.identity``); by default its family and dtype only."""
     from flax import nnx
 
-    from lmprobe.engine.scorer import model_identity
+    from lmprobe.engine import model_identity
 
     graphdef, state = nnx.split(model)
     encoder = lambda state, px: nnx.merge(graphdef, state)(px).last_hidden_state[:, 0].astype(jnp.float32)

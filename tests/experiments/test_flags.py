@@ -171,3 +171,21 @@ def test_a_range_is_checked_by_the_flag_and_is_one_line(argv, message, capsys):
         p.parse_args(argv)
     err = capsys.readouterr().err
     assert stop.value.code == 2 and len(err.splitlines()) == 1 and message in err
+
+
+def test_a_field_named_as_a_flag_the_parser_has_fails_unless_declared_shared():
+    @dataclasses.dataclass(frozen=True)
+    class Method:
+        seed: int = 0
+        batch_size: int = 64
+
+    p = flags.Parser("prog")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch_size", type=int, default=16)
+    with pytest.raises(TypeError, match=r"Method\.batch_size: the parser already has --batch_size.*"
+                                        r"names=\{'batch_size': 'PREFIX_batch_size'\}.*shared=\('batch_size',\)"):
+        flags.add(p, Method, shared=("seed",))
+    method = flags.add(p, Method, shared=("seed",), names={"batch_size": "method_batch_size"})
+    assert method.make(p.parse_args([])) == Method(seed=0, batch_size=64)  # its own default, not --batch_size's
+    args = p.parse_args(["--seed=3", "--method_batch_size=8", "--batch_size=2"])
+    assert method.make(args) == Method(seed=3, batch_size=8) and args.batch_size == 2

@@ -82,7 +82,8 @@ def test_help_shows_groups_defaults_and_the_usage_text_unreflowed():
     ("synbench", ["--eps=0,0.4", "--absolute_eps", "--scales=reference", "--norm=inf", "--input_shape=3x8x8"],
      {"epsilons": (0, .4), "relative_epsilon": False, "scales": synbench_method.gaussian.REFERENCE_SCALES,
       "norm": float("inf"), "input_shape": (3, 8, 8)}),
-    ("synbench", [], {"batch_size": 64}),
+    ("synbench", [], {"batch_size": 64, "sample_batch_size": 64}),
+    ("synbench", ["--sample_batch_size=8"], {"batch_size": 64, "sample_batch_size": 8}),
     ("mstemp", ["--evaluator=a,b", "--evaluator=c", "--label_names=neg,pos"],
      {"evaluator": ("a", "b", "c"), "label_names": ("neg", "pos")}),
     ("throughput", ["--forward=2x16", "--forward=4x8"], {"forward": ("2x16", "4x8")}),
@@ -91,6 +92,27 @@ def test_help_shows_groups_defaults_and_the_usage_text_unreflowed():
 def test_flags_keep_their_names_and_take_lists_both_ways(name, argv, expected):
     args = _parsers(name)[0].parse_args(argv)
     assert {k: getattr(args, k) for k in expected} == expected
+
+
+def test_a_method_field_named_as_a_shared_flag_fails_when_the_parser_is_built():
+    @dataclasses.dataclass(frozen=True)
+    class Config:
+        seed: int = 0  # reads the shared --seed (cli.METHOD_SHARED)
+        batch_size: int = 64
+
+    with pytest.raises(TypeError, match=r"test_front_ends\..*Config\.batch_size: the parser already has "
+                                        r"--batch_size.*names="):
+        cli.method(cli.parser("x"), Config)
+    p = cli.parser("x")
+    binding = cli.method(p, Config, names={"batch_size": "config_batch_size"})
+    assert binding.make(p.parse_args(["--seed=2"])) == Config(seed=2, batch_size=64)
+
+
+def test_synbench_sample_batch_size_sets_its_config_and_batch_size_its_models():
+    p, method = synbench.build_parser()
+    args = p.parse_args(["--sample_batch_size=8", "--batch_size=4"])
+    assert method.make(args).batch_size == 8 and args.batch_size == 4
+    assert method.make(p.parse_args([])).batch_size == synbench_method.Config.batch_size == 64
 
 
 def test_a_yaml_config_runs_a_front_end_and_flags_override_it(tmp_path, capsys):
@@ -131,7 +153,7 @@ def test_scope_passes_the_shared_flags_to_every_model(tmp_path, monkeypatch):
         calls.append((name, kwargs))
         raise Loaded
 
-    monkeypatch.setattr(scope.variants, "load_scorer", load_scorer)
+    monkeypatch.setattr("lmprobe.engine.Scorer.load", load_scorer)
     with pytest.raises(Loaded):
         scope.main(["--reference=ref@bf16", "--target=t", f"--dataset={data}", "--model_parallel=2", "--sharding=tp",
                     "--revision=abc", "--offline", "--dtype=bfloat16", "--batch_size=3", f"--output_dir={tmp_path}"])
@@ -153,10 +175,21 @@ def test_every_front_end_loads_variants(front_end, tmp_path, monkeypatch):
         calls.append(name)
         raise Loaded
 
-    monkeypatch.setattr(scope.variants, "load_scorer", load_scorer)
+    monkeypatch.setattr("lmprobe.engine.Scorer.load", load_scorer)
     with pytest.raises(Loaded):
         front_end.main(["--model=smollm2-135m@noise=0.1", f"--output_dir={tmp_path}"])
     assert calls == ["smollm2-135m@noise=0.1"]
+
+
+def test_scope_head_auto_is_zero_shot_for_decoders_and_fine_tuned_for_encoders():
+    from types import SimpleNamespace
+
+    from lmprobe.methods.scope import build
+
+    decoder, encoder = SimpleNamespace(is_decoder=True), SimpleNamespace(is_decoder=False)
+    assert [build.head_for("auto", m) for m in (decoder, encoder)] == ["zero-shot", "finetune"]
+    assert build.head_for("probe", decoder) == "probe"
+    assert scope.build_parser()[0].parse_args(["--head=checkpoint"]).head == "checkpoint"
 
 
 def test_synbench_loads_a_vit_with_the_shared_flags(tmp_path, monkeypatch):
@@ -211,7 +244,7 @@ def test_plan_reads_the_config_of_the_revision_asked_for(tmp_path, monkeypatch, 
     (repo / "snapshots" / ("a" * 40) / "config.json").write_text(
         json.dumps({**shipped_config("opt-125m"), "num_hidden_layers": 2}))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
-    from lmprobe.engine.plan import hf_config
+    from lmprobe.checkpoints.model_config import hf_config
 
     assert hf_config("opt-125m", revision="v1", offline=True)[0]["num_hidden_layers"] == 2
     assert hf_config("opt-125m", offline=True)[0]["num_hidden_layers"] == 12  # the default revision: shipped
@@ -249,6 +282,7 @@ ENCODER = "'minilm-l6' is an encoder: give a causal LM such as smollm2-135m"
     ("mstemp", ["--evaluator=minilm-l6"], "mstemp's evaluators (--evaluator) needs a causal LM or an encoder-decoder"),
     ("mstemp", ["--top_p=1.5"], "top_p=1.5 in (0, 1]"),
     ("mstemp", ["--max_examples=0"], "argument --max_examples: give an integer >= 1, not 0"),
+    ("mstemp", ["--label_names=a,b,c", "--max_examples=8"], "--label_names gives 3 names for 2 classes"),
     ("scope", ["--task=lm", "--reference=minilm-l6", "--target=smollm2-135m"], "scope --task=lm needs a causal LM; "
                                                                               + ENCODER),
     ("scope", ["--head=zero-shot", "--target=minilm-l6"], "scope --head=zero-shot needs a causal LM; " + ENCODER),
@@ -256,6 +290,7 @@ ENCODER = "'minilm-l6' is an encoder: give a causal LM such as smollm2-135m"
     ("scope", ["--bootstrap=-1"], "n_bootstrap=-1 must be >= 0"),
     ("synbench", ["--input_scale=0"], "argument --input_scale: give a number > 0, not 0"),
     ("synbench", ["--seq_len=0"], "argument --seq_len: give an integer >= 1, not 0"),
+    ("synbench", ["--sample_batch_size=0"], "argument --sample_batch_size: give an integer >= 1, not 0"),
     ("validate", ["--tweets_min_confidence=2"], "argument --tweets_min_confidence: give a number in [0, 1], not 2"),
     ("validate", ["--synbench_n=4"], "argument --synbench_n: give an integer >= 8, not 4"),
     ("validate", ["--synbench_scales=1,0"], "argument --synbench_scales: give a number > 0, not 0"),
@@ -267,7 +302,7 @@ ENCODER = "'minilm-l6' is an encoder: give a causal LM such as smollm2-135m"
 def test_a_bad_value_is_one_line_and_status_2_before_any_model_work(name, argv, message, tmp_path, monkeypatch,
                                                                      capsys):
     monkeypatch.chdir(tmp_path)  # default output directories (runs/...) land here
-    monkeypatch.setattr(scope.variants, "load_scorer", lambda *a, **k: pytest.fail("a model was loaded"))
+    monkeypatch.setattr("lmprobe.engine.Scorer.load", lambda *a, **k: pytest.fail("a model was loaded"))
     monkeypatch.setattr(cli, "load_checkpoint", lambda *a, **k: pytest.fail("a model was loaded"))
     with pytest.raises(SystemExit) as stop:
         FRONT_ENDS[name].main(argv)

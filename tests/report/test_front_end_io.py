@@ -41,8 +41,8 @@ def test_only_process_0_prints_and_shows_progress(monkeypatch, capsys):
 @pytest.mark.skipif(not NO_GCSFS, reason="a GCS back end is installed")
 def test_a_gs_output_dir_without_a_backend_fails_before_any_model_loads(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(synbench_front_end, "representation_for",
-                        lambda args: pytest.fail("the model loaded before the output directory was checked"))
+    monkeypatch.setattr(synbench_front_end, "load_representation",
+                        lambda *a, **k: pytest.fail("the model loaded before the output directory was checked"))
     with pytest.raises(SystemExit) as stop:
         synbench_front_end.main(["--output_dir=gs://bucket/run", "--n=16"])
     err = capsys.readouterr().err

@@ -26,6 +26,7 @@ from lmprobe.methods.mstemp import adversarial, evaluate, fill, paraphrase, temp
 from lmprobe.methods.mstemp import filter as semantic_filter
 from lmprobe.models import CAUSAL_LM, ENCODER_DECODER
 from lmprobe.report.artifacts import Stages, note_undefined
+from lmprobe.report.text import plural
 
 ATTACKS = adversarial.ATTACKS
 EVALUATOR_KINDS = (CAUSAL_LM, ENCODER_DECODER)  # evaluators generate the paraphrases
@@ -74,8 +75,9 @@ class Config:
                                          max_new_tokens=self.max_new_tokens, seed=self.seed)
 
 
-def check_data(data) -> None:
-    """An empty dataset or a single class cannot be evaluated: say so before any model loads."""
+def check_data(data, config: Config | None = None) -> None:
+    """An empty dataset, a single class, or ``config.label_names`` that are not one per class
+    cannot be evaluated: say so before any model loads."""
     if not len(data):
         raise LmprobeError(f"dataset '{data.source}' is empty: give at least two labelled texts")
     classes = np.unique(data.labels)
@@ -83,6 +85,9 @@ def check_data(data) -> None:
         name = data.label_names[int(classes[0])]
         raise LmprobeError(f"dataset '{data.source}' has one class only ('{name}'): accuracy needs "
                            "examples of at least two classes; check --label_column")
+    if config is not None and config.label_names and len(config.label_names) != len(data.label_names):
+        raise LmprobeError(f"--label_names gives {plural(len(config.label_names), 'name')} for "
+                           f"{plural(len(data.label_names), 'class', 'classes')} {list(data.label_names)}")
 
 
 def attack(text: str, name: str, strength: int, rng: np.random.Generator) -> str:

@@ -1,8 +1,8 @@
 """SCoPE: shared invariances of two language models through perturbed examples (../seeds/002).
 
 capabilities (transformation + constraints), search (goal function + batched greedy search),
-models (classifier / zero-shot / next-token / black-box views of a model), training
-(fine-tuning, linear probes), variants (bf16 / int8 / layer-drop model variants), metrics
-(accuracy gap, agreements, Hard-/Soft-SCoPE with bootstrap intervals), run (end to end), plots
-(the paper's figures).
+models (classifier / zero-shot / next-token / black-box views of a model), training (fine-tuning,
+linear probes), build (each named model as the task and classifier head ask), metrics (accuracy
+gap, agreements, Hard-/Soft-SCoPE with bootstrap intervals), run (end to end), plots (the paper's
+figures). Model variants (NAME@int8, @noise=...) are lmprobe.checkpoints.variants'.
 """
