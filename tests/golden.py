@@ -49,11 +49,17 @@ CONFIGS = {
 }
 
 
+def kept(path: str) -> bool:
+    """False for a timing, a memory reading or provenance: what differs between two runs of the same code."""
+    key = path.rsplit(".", 1)[-1]
+    return not (key in VOLATILE or "seconds" in key or key.endswith("_s") or "rss" in key)
+
+
 def numbers(tree, path=""):
     """(path, value) of every number and string in a results.json tree, volatile keys left out."""
     if isinstance(tree, dict):
         for k, v in sorted(tree.items()):
-            if k not in VOLATILE and not k.endswith("_seconds"):
+            if kept(f"{path}.{k}"):
                 yield from numbers(v, f"{path}.{k}")
     elif isinstance(tree, list):
         for i, v in enumerate(tree):
@@ -188,7 +194,7 @@ def main(argv: list[str]) -> int:
     want = dict(np.load(os.path.join(where, "engine.npz")))
     bad = []
     for rel in sorted(set(want_jobs) | set(jobs)):
-        a, b = want_jobs.get(rel, {}), jobs.get(rel, {})
+        a, b = ({k: v for k, v in side.get(rel, {}).items() if kept(k)} for side in (want_jobs, jobs))
         bad += [f"{rel}:{k}: {a.get(k)!r} -> {b.get(k)!r}" for k in sorted(set(a) | set(b))
                 if json.dumps(a.get(k)) != json.dumps(b.get(k))]
     for k in sorted(set(want) | set(arrays)):
