@@ -183,13 +183,14 @@ class Scorer:
                    revision=revision)
         loaded = load_checkpoint(base, dtype=dtype, place=placement(mesh, strategy), offline=offline,
                                  allow_pickle=allow_pickle, revision=revision, progress=progress)
-        model = loaded.model
+        model, tokenizer = loaded.model, loaded.tokenizer
         about = model_identity(model, name=base, checkpoint=checkpoint_identity(loaded.checkpoint), dtype=dtype,
                                model_type=loaded.checkpoint.config.get("model_type"))
+        del loaded  # the checkpoint's host buffers go before a variant copies the weights
         if variants:
             model = apply_variants(model, variants)
             about = {**about, "name": name, "variants": [f"@{v}" for v in variants]}
-        scorer = cls(model, loaded.tokenizer, mesh=mesh, strategy=strategy, identity=about, **kwargs)
+        scorer = cls(model, tokenizer, mesh=mesh, strategy=strategy, identity=about, **kwargs)
         d = mesh.shape[DATA]
         budget = f", at most {scorer.max_tokens} tokens per device" if scorer.max_tokens else ""
         line = (f"batch: {scorer.batch_size} per device x {d} data-parallel device{'s' * (d > 1)} = "
