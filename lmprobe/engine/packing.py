@@ -148,6 +148,12 @@ def padded(values: list[np.ndarray], indices, shape, fill) -> np.ndarray:
     return out
 
 
+def packed_rows(segments: list[np.ndarray], positions: list[np.ndarray], batch) -> tuple[np.ndarray, np.ndarray]:
+    """The segments and positions of a batch's packed rows (a batching.Batch of rows), padded to its
+    shape: padding slots are PADDING, at position 0."""
+    return (padded(segments, batch.indices, batch.shape, PADDING), padded(positions, batch.indices, batch.shape, 0))
+
+
 def visibility(segments):
     """[B, T, T] which key slot each query slot may see: earlier (or the same) slots of the prefix
     or of its own segment; padding sees nothing and is never seen (causality is the model's)."""

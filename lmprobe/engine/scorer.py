@@ -33,9 +33,9 @@ from lmprobe.checkpoints import identity as checkpoint_identity
 from lmprobe.checkpoints import load as load_checkpoint
 from lmprobe.checkpoints.variants import apply_variants, split_name
 from lmprobe.engine import generation, steps
-from lmprobe.engine.batching import LENGTH_BUCKETS, Batch, restore
+from lmprobe.engine.batching import LENGTH_BUCKETS, restore
 from lmprobe.engine.mesh import DATA, make_mesh, placement, replicated
-from lmprobe.engine.packing import PADDING, Packed, pack_pairs, padded
+from lmprobe.engine.packing import Packed, pack_pairs, packed_rows, padded
 from lmprobe.engine.plan import check_fits
 from lmprobe.engine.runner import Runner
 from lmprobe.engine.runtime import enable_compilation_cache, initialize_distributed, main_print, resolve_dtype
@@ -244,10 +244,7 @@ class Scorer:
     # ------------------------------------------------------------------ scoring
 
     def score(self, inputs) -> Scores:
-        """Token log-probabilities, summed NLL and log-perplexity of each text or id list.
-
-        An encoder-decoder scores each as the target of an empty source (EOS alone): every token
-        is predicted, the first one too."""
+        """Token log-probabilities, summed NLL and log-perplexity of each text or id list."""
         self.require_decoder("score")
         seqs = self.encode(inputs)
         if not seqs:
@@ -260,8 +257,7 @@ class Scorer:
 
     def score_pairs(self, a, b) -> tuple[Scores, Scores]:
         """``score(a)`` and ``score(b)`` for pairs (a[i], b[i]), each pair in one packed row: the
-        tokens they share at the start are computed once (e.g. a sentence and its negation).
-        An encoder-decoder scores them as ``score`` does, unpacked."""
+        tokens they share at the start are computed once (e.g. a sentence and its negation)."""
         if len(a) != len(b):
             raise LmprobeError(f"score_pairs needs as many a ({len(a)}) as b ({len(b)})")
         self.require_decoder("score_pairs")
@@ -276,7 +272,8 @@ class Scorer:
             targets[packed.row[i]][packed.slots[i][:-1], side[i]] = seq[1:]
         runner = self.runner
         batches = runner.batches(packed.rows)
-        calls = (runner.put(b.ids, *_packing(packed, b), padded(targets, b.indices, (*b.shape, 2), 0))
+        calls = (runner.put(b.ids, *packed_rows(packed.segments, packed.positions, b),
+                            padded(targets, b.indices, (*b.shape, 2), 0))
                  for b in batches)
         per_row = restore(batches, runner.run(runner.jit("score_packed", steps.packed_logprobs), calls),
                           len(packed.rows))
@@ -350,7 +347,8 @@ class Scorer:
         row_width = 1 << max(0, (max(map(len, asked)) - 1).bit_length())
         runner = self.runner
         batches = runner.batches(packed.rows)
-        calls = (runner.put(b.ids, *_packing(packed, b), padded(asked, b.indices, (b.shape[0], row_width), 0))
+        calls = (runner.put(b.ids, *packed_rows(packed.segments, packed.positions, b),
+                            padded(asked, b.indices, (b.shape[0], row_width), 0))
                  for b in batches)
         per_row = restore(batches, runner.run(runner.jit("hidden_at", steps.packed_hidden_at), calls),
                           len(packed.rows))
@@ -425,10 +423,6 @@ class Scorer:
         seeded per prompt (its index), so a prompt gets the same continuation whatever the
         batch size. Returns texts (decode=True) or id lists, without the prompt. A ``memo``
         receives the prompts' final hidden states at every position (the prefill computes them).
-
-        An encoder-decoder encodes each prompt (up to the whole context) and generates its
-        decoder's answer; it stops at the config's EOS when there is no tokenizer; a ``memo`` is
-        left as is (its states are a decoder's).
 
         ``allowed`` constrains decoding (causal LMs): a bool mask over the model's vocabulary
         (``vocab_size`` ids) for every prompt, or a sequence of such masks, one per prompt (rows
@@ -520,12 +514,6 @@ def model_identity(model, *, name: str | None = None, checkpoint: dict | None = 
     return {"name": name, "checkpoint": checkpoint, "family": type(model).__name__,
             "model_type": model_type or getattr(model.config, "model_type", None), "param_dtype": param_dtype,
             "dtype": str(jnp.dtype(dtype)) if dtype is not None else param_dtype, "variants": []}
-
-
-def _packing(packed: Packed, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
-    """Segments and positions of a batch of packed rows (padding: PADDING, 0)."""
-    return (padded(packed.segments, batch.indices, batch.shape, PADDING),
-            padded(packed.positions, batch.indices, batch.shape, 0))
 
 
 def _absolute(positions, length, i) -> list[int]:

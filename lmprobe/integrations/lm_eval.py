@@ -38,7 +38,7 @@ except ImportError as e:  # lm-eval is an optional extra
 from lmprobe import log
 from lmprobe.engine import Scorer, steps
 from lmprobe.engine.batching import restore
-from lmprobe.engine.packing import PADDING, pack_continuations, padded
+from lmprobe.engine.packing import pack_continuations, packed_rows, padded
 from lmprobe.errors import LmprobeError
 
 _log = log.get(__name__)
@@ -67,8 +67,7 @@ def score_continuations(scorer: Scorer, pairs, max_length: int) -> list[tuple[fl
             scored = (gather, padded([row.targets for row in rows], batch.indices, gather.shape, 0))
             if all(rows[i].segments.max(initial=0) <= 1 for i in batch.indices):
                 return causal_step, runner.put(batch.ids, batch.mask, *scored)
-            segments = padded([row.segments for row in rows], batch.indices, batch.shape, PADDING)
-            positions = padded([row.positions for row in rows], batch.indices, batch.shape, 0)
+            segments, positions = packed_rows([row.segments for row in rows], [row.positions for row in rows], batch)
             return packed_step, runner.put(batch.ids, segments, positions, *scored)
 
         batches = runner.batches([row.ids for row in rows], max_length=max_length)
