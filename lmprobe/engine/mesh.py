@@ -61,19 +61,27 @@ def spec_for(shape: tuple, axes: tuple, mesh: Mesh, rules: dict) -> PartitionSpe
     return PartitionSpec(*spec)
 
 
-def placement(mesh: Mesh, strategy: str = "fsdp"):
-    """A loader placement: puts each host array straight onto its sharding.
+class Placement:
+    """Where a loader puts each parameter: ``place(array, axes)`` puts a host array straight onto
+    its sharding, each device receiving only its slice (make_array_from_callback), so this works
+    unchanged across the hosts of a pod, every host reading the same checkpoint. ``sharding(shape,
+    axes)`` is that sharding, for readers that restore onto it themselves (Orbax)."""
 
-    Each device receives only its slice (make_array_from_callback), so this works unchanged
-    across the hosts of a pod, every host reading the same checkpoint.
-    """
-    rules = RULES[strategy]
+    def __init__(self, mesh: Mesh, strategy: str = "fsdp"):
+        if strategy not in RULES:
+            raise LmprobeError(f"sharding strategy {strategy!r} is not one of {', '.join(RULES)}")
+        self.mesh, self.strategy, self.rules = mesh, strategy, RULES[strategy]
 
-    def place(array: np.ndarray, axes: tuple) -> jax.Array:
-        sharding = NamedSharding(mesh, spec_for(array.shape, axes, mesh, rules))
-        return jax.make_array_from_callback(array.shape, sharding, lambda index: array[index])
+    def sharding(self, shape: tuple, axes: tuple) -> NamedSharding:
+        return NamedSharding(self.mesh, spec_for(tuple(shape), tuple(axes), self.mesh, self.rules))
 
-    return place
+    def __call__(self, array: np.ndarray, axes: tuple) -> jax.Array:
+        return jax.make_array_from_callback(array.shape, self.sharding(array.shape, axes), lambda index: array[index])
+
+
+def placement(mesh: Mesh, strategy: str = "fsdp") -> Placement:
+    """The loader placement of ``strategy`` ('fsdp', 'tp') on ``mesh``."""
+    return Placement(mesh, strategy)
 
 
 def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
