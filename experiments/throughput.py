@@ -30,7 +30,6 @@ from experiments import cli, flags
 from experiments.cli import load_scorer, log, main_guard, output_dir, say
 from lmprobe.engine import Scorer
 from lmprobe.engine.batching import bucket_length
-from lmprobe.engine.mesh import DATA
 from lmprobe.errors import LmprobeError
 from lmprobe.models import CAUSAL_LM
 from lmprobe.report import artifacts
@@ -214,7 +213,7 @@ def main(argv=None):
     rng = np.random.default_rng(args.seed)
 
     scorer = run.loaded(args.model, load_scorer(args))
-    data = scorer.mesh.shape[DATA]
+    data = scorer.runner.data_parallel
     peak, peak_source = peak_gflops(dtype, args.repeats)
     reference = None
     if args.torch == "auto":

@@ -4,7 +4,9 @@ One jitted program per (batch, prompt bucket, max_new_tokens): the prompt (left-
 the cache in one pass, then a while_loop decodes one token per step until every row has
 emitted EOS or max_new_tokens are out. Row i draws from key fold_in(key(seed), index[i]), its
 position in the caller's input list, so its tokens do not depend on the batch it sits in.
-``picker`` and ``decode_loop`` serve encoder-decoders too (lmprobe.engine.seq2seq).
+``picker`` and ``decode_loop`` serve encoder-decoders too (lmprobe.engine.seq2seq). A model
+without a KV cache (Family.kv_cache False: a JAX callable) runs ``kv_cache=False``: each new token
+recomputes the whole row, prompt and tokens so far, and is picked the same way (same tokens).
 
 Constrained decoding: ``allowed`` [B, V] bool (an array argument, not a static: one program
 serves every mask) sets the logits of the ids a row may not emit to -inf before the argmax or
@@ -17,6 +19,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from lmprobe.engine.steps import head_states
 from lmprobe.models.base import empty_cache
 
 
@@ -87,13 +90,16 @@ def decode_loop(advance, first, state, eos, max_new_tokens: int):
 
 
 def generate(model, ids, mask, index, seed, temperature, top_p, eos, allowed=None, *, max_new_tokens: int,
-             top_k: int, greedy: bool, prompt_hidden: bool = False):
+             top_k: int, greedy: bool, prompt_hidden: bool = False, kv_cache: bool = True):
     """New tokens [B, max_new_tokens] after left-padded prompts ``ids``; rows that stopped repeat
     EOS. ``allowed`` [B, V] bool restricts each row's tokens to its True ids and EOS (None: no
-    restriction). With ``prompt_hidden``, also the prompts' final hidden states [B, T, D]."""
+    restriction). With ``prompt_hidden``, also the prompts' states the head reads [B, T, D]
+    (steps.head_states). ``kv_cache=False``: full recomputation per token (``recompute``)."""
     batch, prompt = ids.shape
     pick = picker(index, seed, temperature, top_p, top_k=top_k, greedy=greedy, allowed=allowed, eos=eos)
     slots = jnp.concatenate([mask, jnp.zeros((batch, max_new_tokens), mask.dtype)], axis=1)
+    if not kv_cache:
+        return recompute(model, ids, slots, pick, eos, max_new_tokens, prompt_hidden)
     cache = empty_cache(model.config, batch, prompt + max_new_tokens, model.embed(ids).dtype)
     out = model(ids, slots, cache=cache, cache_index=0, compute_logits=False)
     first = pick(model.logits(out.last_hidden_state[:, -1]), 0)
@@ -106,6 +112,24 @@ def generate(model, ids, mask, index, seed, temperature, top_p, eos, allowed=Non
 
     tokens = decode_loop(advance, first, (out.cache, slots), eos, max_new_tokens)
     return (tokens, out.last_hidden_state) if prompt_hidden else tokens
+
+
+def recompute(model, ids, slots, pick, eos, max_new_tokens: int, prompt_hidden: bool):
+    """``generate`` without a KV cache: one forward over the whole row (prompt, then the tokens so
+    far; ``slots`` marks the real ones) for each new token."""
+    prompt = ids.shape[1]
+    states = head_states(model, ids, slots[:, :prompt])
+    first = pick(model.logits(states[:, -1]), 0)
+    row = jnp.concatenate([ids, jnp.zeros((ids.shape[0], max_new_tokens), ids.dtype)], axis=1)
+
+    def advance(token, state, step):
+        row, slots = state
+        row, slots = row.at[:, prompt + step].set(token), slots.at[:, prompt + step].set(1)
+        h = jax.lax.dynamic_index_in_dim(head_states(model, row, slots), prompt + step, axis=1, keepdims=False)
+        return pick(model.logits(h), step + 1), (row, slots)
+
+    tokens = decode_loop(advance, first, (row, slots), eos, max_new_tokens)
+    return (tokens, states) if prompt_hidden else tokens
 
 
 def until_eos(row, eos: int) -> list[int]:

@@ -4,11 +4,16 @@ One code path from one CPU to a multi-host TPU pod: parameters carry logical axi
 (lmprobe.models.axes), a rules table maps them to mesh axes, and jit with NamedSharding does
 the rest (no pmap). Tensor parallelism shards heads, MLP and vocabulary over 'model'; FSDP also
 shards the embedding dimension over 'data', so that every device holds a slice of every matrix.
+
+A user's own mesh (a trainer's: ('data', 'fsdp', 'tensor'), ...) works too: ``data_axes`` names
+the mesh axes the batch is split over (``batch_axes``), and the parameters stay where they are.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
+from collections.abc import Sequence
 
 import jax
 import numpy as np
@@ -30,11 +35,43 @@ ACTIVATION_RULES = ((BATCH, DATA), (LENGTH, None), (EMBED, None))
 
 
 @contextlib.contextmanager
-def tracing_on(mesh: Mesh):
-    """The context a model step is traced in: ``mesh`` and the activation rules, so that the
-    models' activation constraints apply (outside it they are no-ops)."""
-    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), nnx.logical_axis_rules(ACTIVATION_RULES):
+def tracing_on(mesh: Mesh, data_axes: tuple[str, ...] = (DATA,)):
+    """The context a model step is traced in: ``mesh`` and the activation rules (the batch over
+    ``data_axes``), so that the models' activation constraints apply (outside it they are no-ops)."""
+    rules = ((BATCH, _axis(data_axes)), *ACTIVATION_RULES[1:])
+    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), nnx.logical_axis_rules(rules):
         yield
+
+
+def auto_axes(fn, mesh: Mesh, data_axes: tuple[str, ...] = (DATA,)):
+    """``fn`` traced with the mesh's Explicit axes (jax.make_mesh's default) as Auto ones, as lmprobe's
+    models expect (they place activations by constraints, not by sharding in types); its outputs'
+    leading axis over ``data_axes``. ``fn`` itself on a mesh of Auto axes."""
+    explicit = tuple(n for n, t in zip(mesh.axis_names, mesh.axis_types) if t == AxisType.Explicit)
+    if not explicit:
+        return fn
+    return jax.sharding.auto_axes(fn, axes=explicit, out_sharding=PartitionSpec(_axis(data_axes)))
+
+
+def batch_axes(mesh: Mesh, data_axes: Sequence[str] | str | None = None) -> tuple[str, ...]:
+    """The mesh axes a batch is split over: ``data_axes`` checked against ``mesh``, or ('data',)
+    when the mesh has that axis."""
+    names = tuple(mesh.axis_names)
+    if data_axes is None:
+        if DATA not in names:
+            raise LmprobeError(f"the mesh has axes {names} and none named {DATA!r}: say which the batch is split "
+                               f"over, e.g. Scorer(..., data_axes={names[:1]})")
+        return (DATA,)
+    axes = (data_axes,) if isinstance(data_axes, str) else tuple(data_axes)
+    unknown = [a for a in axes if a not in names]
+    if unknown or len(set(axes)) != len(axes):
+        raise LmprobeError(f"data_axes={axes}: each must be a distinct axis of the mesh, whose axes are {names}")
+    return axes
+
+
+def batch_devices(mesh: Mesh, data_axes: Sequence[str] = (DATA,)) -> int:
+    """How many ways a batch is split: the product of the ``data_axes`` sizes."""
+    return math.prod(mesh.shape[a] for a in data_axes)
 
 
 def make_mesh(model_parallel: int = 1, devices=None) -> Mesh:
@@ -84,9 +121,14 @@ def placement(mesh: Mesh, strategy: str = "fsdp") -> Placement:
     return Placement(mesh, strategy)
 
 
-def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
-    """Leading (batch) axis over 'data', the rest replicated."""
-    return NamedSharding(mesh, PartitionSpec(DATA, *([None] * (ndim - 1))))
+def batch_sharding(mesh: Mesh, ndim: int = 2, data_axes: tuple[str, ...] = (DATA,)) -> NamedSharding:
+    """Leading (batch) axis over ``data_axes`` ('data'), the rest replicated."""
+    return NamedSharding(mesh, PartitionSpec(_axis(data_axes), *([None] * (ndim - 1))))
+
+
+def _axis(data_axes: tuple[str, ...]):
+    """One PartitionSpec entry for ``data_axes``: the name alone when there is one."""
+    return data_axes[0] if len(data_axes) == 1 else tuple(data_axes)
 
 
 def replicated(mesh: Mesh) -> NamedSharding:

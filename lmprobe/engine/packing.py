@@ -9,6 +9,9 @@ gets one row per sequence, and an input given as None (its states are known) get
 
 ``pack_continuations`` packs lm-eval's (context, continuation) requests the same way: every
 continuation of one context shares a row with the context, which runs once.
+
+``shared=False`` (a model without packed rows, Family.packing) gives every sequence a row of its
+own: the same results from the unpacked steps (lmprobe.engine.steps, ``packed=False``).
 """
 
 from __future__ import annotations
@@ -41,8 +44,10 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return int(diff[0]) if diff.size else n
 
 
-def pack_pairs(a: Sequence[Sequence[int] | None], b: Sequence[Sequence[int] | None], limit: int) -> Packed:
-    """Rows for pairs (a[i], b[i]) of token id lists; a None needs no row (its ``row`` is -1)."""
+def pack_pairs(a: Sequence[Sequence[int] | None], b: Sequence[Sequence[int] | None], limit: int, *,
+               shared: bool = True) -> Packed:
+    """Rows for pairs (a[i], b[i]) of token id lists; a None needs no row (its ``row`` is -1).
+    Not ``shared``: one row per sequence."""
     rows, segments, positions = [], [], []
     placed_a, placed_b = [], []
 
@@ -56,7 +61,7 @@ def pack_pairs(a: Sequence[Sequence[int] | None], b: Sequence[Sequence[int] | No
 
     for x, y in zip(a, b):
         c = 0 if x is None or y is None else common_prefix(x, y)
-        if x is None or y is None or len(x) + len(y) - c > limit:
+        if x is None or y is None or len(x) + len(y) - c > limit or not shared:
             placed_a.append(alone(x))
             placed_b.append(alone(y))
             continue
@@ -107,10 +112,11 @@ class Continuations:
     length: np.ndarray
 
 
-def pack_continuations(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], limit: int) -> Continuations:
+def pack_continuations(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], limit: int, *,
+                       shared: bool = True) -> Continuations:
     """Rows for (context ids, continuation ids) pairs, as lm-eval's HF backend reads them: context
     + continuation cut on the left to ``limit`` + 1 tokens. The distinct continuations of one
-    context share rows of at most ``limit`` tokens, in order."""
+    context share rows of at most ``limit`` tokens, in order (not ``shared``: a row each)."""
     keys, groups = [], {}
     for context, continuation in pairs:
         if len(continuation) > limit:
@@ -124,7 +130,7 @@ def pack_continuations(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], lim
     for context, continuations in groups.items():  # as many continuations per row as fit ``limit``
         chunks, size = [[]], len(context) - 1
         for continuation in filter(None, continuations):
-            if chunks[-1] and size + len(continuation) > limit:
+            if chunks[-1] and (size + len(continuation) > limit or not shared):
                 chunks.append([])
                 size = len(context) - 1
             chunks[-1].append(continuation)

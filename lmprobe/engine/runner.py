@@ -8,7 +8,12 @@
 ``run`` pipelines: batch k+1 is padded, placed and dispatched while the device computes batch k,
 outputs stay on device sharded over 'data', and they come back to the host together at the end
 (or in groups, when they would hold more than ``readback_bytes`` of device memory). ``batch_size``
-and ``max_tokens`` are per device of the 'data' axis.
+and ``max_tokens`` are per device of the 'data' axis (``data_axes``: the mesh axes a batch is split
+over, ('data',) on lmprobe's own mesh; on a trainer's mesh, e.g. ('data', 'fsdp')).
+
+The parameters stay where they are (no copy), unless some sit on devices outside the mesh: those
+are moved onto it, and the log says so once. ``update(state)`` swaps in new weights of the same
+layout; the compiled steps take them as arguments, so nothing recompiles.
 """
 
 from __future__ import annotations
@@ -22,8 +27,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from lmprobe import log
 from lmprobe.engine.batching import LENGTH_BUCKETS, Batch, make_batches
-from lmprobe.engine.mesh import DATA, batch_sharding, replicated, tracing_on
+from lmprobe.engine.mesh import auto_axes, batch_axes, batch_devices, batch_sharding, replicated, tracing_on
+from lmprobe.errors import LmprobeError
+
+_log = log.get("engine")
 
 
 class Runner:
@@ -38,12 +47,15 @@ class Runner:
     readback_bytes = 1 << 28  # bytes of results (all devices) a call holds on device before reading the oldest back
 
     def __init__(self, model: nnx.Module, mesh, *, batch_size: int, max_tokens: int | None, max_length: int,
-                 buckets: Sequence[int] = LENGTH_BUCKETS):
+                 buckets: Sequence[int] = LENGTH_BUCKETS, data_axes: Sequence[str] | None = None):
         self.mesh = mesh
-        self.graphdef, self.state = nnx.split(model)
+        self.data_axes = batch_axes(mesh, data_axes)
+        self.graphdef, state = nnx.split(model)
         self.batch_size, self.max_tokens, self.max_length, self.buckets = batch_size, max_tokens, max_length, buckets
         self.compilations = collections.Counter()
         self._jitted = {}
+        self._said: set[str] = set()
+        self.state = self.onto_mesh(state)
 
     @property
     def model(self) -> nnx.Module:
@@ -51,8 +63,56 @@ class Runner:
 
     @property
     def data_parallel(self) -> int:
-        """Devices of the mesh's 'data' axis."""
-        return self.mesh.shape[DATA]
+        """How many ways a batch is split: the devices of the mesh's ``data_axes``."""
+        return batch_devices(self.mesh, self.data_axes)
+
+    def say_once(self, key: str, message: str) -> None:
+        """Log ``message`` (info) the first time this runner meets ``key``."""
+        if key not in self._said:
+            self._said.add(key)
+            _log.info(message)
+
+    def onto_mesh(self, state):
+        """``state`` with the arrays committed to devices outside the mesh moved onto it (replicated);
+        the others untouched (uncommitted arrays follow their arguments, as jit places them)."""
+        devices = set(self.mesh.devices.flat)
+        away = [x for x in jax.tree.leaves(state)
+                if isinstance(x, jax.Array) and x.committed and x.sharding.device_set != devices]
+        if not away:
+            return state
+        self.say_once("placement", f"moved {len(away)} parameter arrays ({_nbytes(away) / 2**20:.1f} MiB) onto the "
+                      "mesh, replicated on every device: they sat on other devices, and a jitted step takes "
+                      "its arguments on its mesh only; place them on the mesh you give the Scorer to avoid this")
+        target = replicated(self.mesh)
+        return jax.tree.map(lambda x: jax.device_put(x, target) if any(x is a for a in away) else x, state)
+
+    def update(self, state) -> None:
+        """Swap in ``state`` (an nnx.State like ``self.state``): the same leaves, shapes, dtypes and
+        shardings, else an error naming the first that differs (arrays on devices outside the mesh
+        are first moved, as at the start; uncommitted ones go where jit puts them). Compiled steps
+        are kept."""
+        state = self.onto_mesh(state)
+        old, new = _leaves(self.state), _leaves(state)
+        differ = sorted(old.keys() ^ new.keys())
+        if differ:
+            raise LmprobeError(f"update: the new weights {'lack' if differ[0] in old else 'add'} the leaf {differ[0]}"
+                               ": pass weights of the same structure as the Scorer's model")
+        for path, x in new.items():
+            y, problem = old[path], None
+            if not isinstance(x, jax.Array):
+                problem = f"is a {type(x).__name__}, not a jax.Array on the mesh"
+            elif (x.shape, x.dtype, x.weak_type) != (y.shape, y.dtype, y.weak_type):
+                problem = f"is {_describe(x)}, expected {_describe(y)}"
+            elif y.committed and x.sharding != y.sharding and not x.sharding.is_equivalent_to(y.sharding, x.ndim):
+                problem = f"has sharding {x.sharding}, expected {y.sharding}"
+            if problem:
+                raise LmprobeError(f"update: leaf {path} {problem}: pass weights with the layout of the "
+                                   "Scorer's (e.g. the trainer's updated parameters of the same model)")
+        if jax.tree.structure(state) != jax.tree.structure(self.state):
+            raise LmprobeError("update: the new weights hold the same leaves in other containers or variable "
+                               f"types ({str(jax.tree.structure(state))[:120]}...): pass them as the Scorer's "
+                               "model holds them (the same pytree types)")
+        self.state = state
 
     def jit(self, name: str, fn, **static) -> Callable:
         """``fn(model, *args, **static)`` jitted once per (name, static); called with ``args`` only.
@@ -64,15 +124,16 @@ class Runner:
 
             def traced(state, *args):
                 self.compilations[name] += 1
-                with tracing_on(self.mesh):  # activations split over the batch, as the plan compiles them
-                    return fn(nnx.merge(graphdef, state), *args, **static)
+                with tracing_on(self.mesh, self.data_axes):  # activations split over the batch, as planned
+                    return auto_axes(lambda s, *a: fn(nnx.merge(graphdef, s), *a, **static),
+                                     self.mesh, self.data_axes)(state, *args)
 
-            self._jitted[key] = jax.jit(traced, out_shardings=batch_sharding(self.mesh, 1))
+            self._jitted[key] = jax.jit(traced, out_shardings=batch_sharding(self.mesh, 1, self.data_axes))
         return functools.partial(self._jitted[key], self.state)
 
     def put(self, *arrays) -> tuple:
-        """Host arrays (the same on every host) onto the mesh, batch axis over 'data'."""
-        return tuple(jax.make_array_from_callback(np.shape(a), batch_sharding(self.mesh, np.ndim(a)),
+        """Host arrays (the same on every host) onto the mesh, batch axis over ``data_axes``."""
+        return tuple(jax.make_array_from_callback(np.shape(a), batch_sharding(self.mesh, np.ndim(a), self.data_axes),
                                                   lambda index, a=a: a[index]) for a in arrays)
 
     def batches(self, seqs, *, left_pad: bool = False, max_length: int | None = None) -> list[Batch]:
@@ -88,7 +149,7 @@ class Runner:
         return sorted({min(b, limit) for b in self.buckets})
 
     def rows(self, per_device: int) -> int:
-        """Rows of a batch with ``per_device`` rows on each device of the 'data' axis."""
+        """Rows of a batch with ``per_device`` rows on each device of the ``data_axes``."""
         return max(1, per_device) * self.data_parallel
 
     def run(self, step, calls: Iterable[tuple], readback: Callable | None = None) -> list:
@@ -128,6 +189,25 @@ class Runner:
 
 def _nbytes(tree) -> int:
     return sum(x.nbytes for x in jax.tree.leaves(tree))
+
+
+def _leaves(state) -> dict:
+    """The leaves of a state by their path ('layers.mlp.up_proj.kernel')."""
+    flat = jax.tree_util.tree_flatten_with_path(state)[0]
+    return {".".join(name for name in map(_key, path) if name != "value"): x for path, x in flat}
+
+
+def _key(k) -> str:
+    tree = jax.tree_util
+    if isinstance(k, tree.DictKey):
+        return str(k.key)
+    if isinstance(k, tree.SequenceKey | tree.FlattenedIndexKey):
+        return str(k.idx)
+    return k.name if isinstance(k, tree.GetAttrKey) else str(k)
+
+
+def _describe(x) -> str:
+    return f"{x.dtype}{'(weak)' * x.weak_type}{list(x.shape)}"
 
 
 @functools.cache

@@ -13,7 +13,14 @@ Inputs are texts or pre-tokenized id lists. Results come back in input order as 
 no full-vocabulary array ever leaves the device. A method never touches devices or padding.
 Every query runs a step of lmprobe.engine.steps over a stream of batches with the scorer's
 ``runner`` (lmprobe.engine.runner: pipelined dispatch, one readback per call). ``batch_size`` and
-``max_tokens`` are per device of the 'data' axis.
+``max_tokens`` are per device of the 'data' axis (of ``data_axes`` on a user's mesh).
+
+Models from memory: ``Scorer(model, tokenizer, mesh=trainer_mesh, data_axes=("data", "fsdp"))``
+takes a model whose parameters are already sharded on the user's mesh, as they are;
+``Scorer(CallableLM(apply, params, max_length=...), tokenizer)`` any JAX callable
+(lmprobe.models.callable_lm). What a model's family lacks (Family.packing, kv_cache) falls back to
+unpacked rows and full recomputation, said once in the log. ``scorer.update(new_weights, step=...)``
+swaps in weights of the same layout and keeps the compiled steps (a training loop's callback).
 
 ``Scorer(model, ...)`` and ``Scorer.load`` give the class of the model's kind: encoder-decoders
 (T5) get a ``Seq2SeqScorer`` (lmprobe.engine.seq2seq), whose queries read the text as a target.
@@ -34,17 +41,21 @@ from lmprobe.checkpoints import load as load_checkpoint
 from lmprobe.checkpoints.variants import apply_variants, split_name
 from lmprobe.engine import generation, steps
 from lmprobe.engine.batching import LENGTH_BUCKETS, restore
-from lmprobe.engine.mesh import DATA, make_mesh, placement, replicated
+from lmprobe.engine.mesh import make_mesh, placement, replicated
 from lmprobe.engine.packing import Packed, pack_pairs, packed_rows, padded
 from lmprobe.engine.plan import check_fits
 from lmprobe.engine.runner import Runner
 from lmprobe.engine.runtime import enable_compilation_cache, initialize_distributed, main_print, resolve_dtype
 from lmprobe.errors import LmprobeError
-from lmprobe.models import ENCODER, family_of
+from lmprobe.models import ENCODER, CallableLM, family_of
 
 POOLINGS = ("mean", "cls", "last", "first_last_avg")
 BATCH_LINES: set[str] = set()  # the batch-geometry lines Scorer.load has logged in this process
 SCORERS: dict[str, type] = {}  # model kind -> the Scorer subclass for it (class Seq2SeqScorer(Scorer, kind=...))
+FALLBACKS = {  # Family capability -> what the engine does without it
+    "packing": "packed rows: pairs and continuations run one sequence per row (the same numbers; shared "
+               "prefixes run twice)",
+    "kv_cache": "KV cache: generation recomputes the whole row for each new token (the same tokens; slower)"}
 
 
 @dataclasses.dataclass
@@ -76,7 +87,8 @@ class HiddenMemo:
     (all a causal model's state there depends on), so a sentence is found inside any longer text
     that starts with it. ``generate`` fills it with its prompts' states, ``next_token_stats``
     reads and fills it: BYOD's metrics compare the same sentences with different partners, and
-    each sentence runs once. Valid for one model only."""
+    each sentence runs once. Valid for one model (and weights) only. It holds what the LM head
+    reads: a CallableLM's logits, [V] per position."""
 
     def __init__(self):
         self._states: dict[tuple[int, ...], np.ndarray] = {}
@@ -110,6 +122,10 @@ class Scorer:
     batch_size x mesh.shape['data'] rows); ``max_tokens``, when given, caps each device's share
     of a batch at that many tokens (padding included), never below one sequence. Both, and the
     runner's ``lookahead`` and ``readback_bytes``, may be changed between queries.
+
+    ``mesh``: lmprobe's ('data', 'model') mesh by default, or any mesh the parameters already sit
+    on; ``data_axes`` names the mesh axes a batch is split over (default ('data',)), whose sizes
+    multiply into the data-parallel degree. The parameters are used where they are.
     """
 
     batch_size = _OnRunner()
@@ -137,7 +153,7 @@ class Scorer:
     def __init__(self, model: nnx.Module, tokenizer=None, *, mesh=None, batch_size: int = 16,
                  max_tokens: int | None = None, max_length: int | None = None,
                  truncate: bool = True, buckets: Sequence[int] = LENGTH_BUCKETS, strategy: str | None = None,
-                 identity: dict | None = None):
+                 identity: dict | None = None, data_axes: Sequence[str] | None = None):
         if batch_size < 1 or (max_tokens is not None and max_tokens < 1):
             raise LmprobeError(f"batch_size={batch_size} and max_tokens={max_tokens} must be >= 1 (sequences and "
                                "tokens per device per batch)")
@@ -151,10 +167,11 @@ class Scorer:
         self.vocab_size = model.config.vocab_size
         max_length = max_length or getattr(model, "max_length", model.config.max_position_embeddings)
         self.runner = Runner(model, mesh if mesh is not None else make_mesh(), batch_size=batch_size,
-                             max_tokens=max_tokens, max_length=max_length, buckets=buckets)
+                             max_tokens=max_tokens, max_length=max_length, buckets=buckets, data_axes=data_axes)
         self.mesh = self.runner.mesh
         self.truncate = truncate
         self.truncated = 0  # inputs cut to max_length so far
+        self.updates = 0  # weights swapped in by update()
         self.strategy = strategy  # the sharding strategy of the parameters ('fsdp', 'tp'); None: not known
         about = identity if identity is not None else model_identity(model)  # results.json, cache keys
         self.identity = {**about, "max_length": self.max_length}  # truncation changes outputs too
@@ -191,7 +208,7 @@ class Scorer:
             model = apply_variants(model, variants)
             about = {**about, "name": name, "variants": [f"@{v}" for v in variants]}
         scorer = cls(model, tokenizer, mesh=mesh, strategy=strategy, identity=about, **kwargs)
-        d = mesh.shape[DATA]
+        d = scorer.runner.data_parallel
         budget = f", at most {scorer.max_tokens} tokens per device" if scorer.max_tokens else ""
         line = (f"batch: {scorer.batch_size} per device x {d} data-parallel device{'s' * (d > 1)} = "
                 f"{scorer.batch_size * d} sequences per batch{budget}")
@@ -203,6 +220,47 @@ class Scorer:
     @property
     def model(self) -> nnx.Module:
         return self.runner.model
+
+    def supports(self, capability: str) -> bool:
+        """Whether the model's family has ``capability`` (a FALLBACKS key: 'packing', 'kv_cache');
+        the first time it does not, the log says what the engine does instead."""
+        fallback = FALLBACKS[capability]
+        if self.family is None or getattr(self.family, capability):
+            return True
+        self.runner.say_once(capability, f"{self.family.name} models have no {fallback}")
+        return False
+
+    def update(self, weights, *, step: int | None = None, identity: dict | None = None) -> None:
+        """Swap in new weights of the model's layout, keeping every compiled step (no recompilation).
+
+        ``weights``: an nnx.Module of the same graph (the trainer's model after some steps), its
+        nnx.State, or a CallableLM's params pytree; each leaf with the shape, dtype and sharding of
+        the one it replaces, else an error naming the first that differs. ``identity`` replaces the
+        scorer's identity (results.json, cache keys); else it gets ``step`` (and, without a step, a
+        count of updates), so that caches keyed on it never serve the old weights' results. A
+        HiddenMemo filled before holds the old weights' states: start a new one.
+
+        The Scorer holds the model's own nnx Variables: a trainer that updates that model in place
+        (nnx.Optimizer) is seen by the next query even without ``update``, which then only renames.
+        """
+        graphdef = self.runner.graphdef
+        if isinstance(weights, nnx.Module):
+            graphdef, weights = nnx.split(weights)
+        elif self.family is not None and self.family.model is CallableLM:
+            weights = nnx.State({"params": nnx.Param(weights)})  # its params pytree, whatever its type
+        elif not isinstance(weights, nnx.State):
+            raise LmprobeError(f"update takes an nnx.Module of the Scorer's graph or its nnx.State; got "
+                               f"{type(weights).__name__} (a params pytree is for a CallableLM)")
+        if graphdef != self.runner.graphdef:
+            raise LmprobeError(f"update: the new model's graph differs from the Scorer's {self.identity['family']}"
+                               " (another architecture or config): build a new Scorer for it")
+        self.runner.update(weights)
+        self.updates += 1
+        if identity is None:
+            identity = {**{k: v for k, v in self.identity.items() if k != "update"}, "step": step}
+            if step is None:
+                identity["update"] = self.updates
+        self.identity = {**identity, "max_length": self.max_length}
 
     # ------------------------------------------------------------------ inputs
 
@@ -265,7 +323,8 @@ class Scorer:
         if not seqs:
             return Scores.of([]).split(0)
         n = len(a)
-        packed = pack_pairs(seqs[:n], seqs[n:], self.max_length)
+        packs = self.supports("packing")
+        packed = pack_pairs(seqs[:n], seqs[n:], self.max_length, shared=packs)
         side = (np.arange(2 * n) >= n).astype(np.int64)  # target set: 0 for the a's, 1 for the b's
         targets = [np.zeros((len(r), 2), np.int32) for r in packed.rows]
         for i, seq in enumerate(seqs):
@@ -275,7 +334,7 @@ class Scorer:
         calls = (runner.put(b.ids, *packed_rows(packed.segments, packed.positions, b),
                             padded(targets, b.indices, (*b.shape, 2), 0))
                  for b in batches)
-        per_row = restore(batches, runner.run(runner.jit("score_packed", steps.packed_logprobs), calls),
+        per_row = restore(batches, runner.run(runner.jit("score_packed", steps.packed_logprobs, packed=packs), calls),
                           len(packed.rows))
         return Scores.of([per_row[packed.row[i]][packed.slots[i][:-1], side[i]] for i in range(2 * n)]).split(n)
 
@@ -312,7 +371,9 @@ class Scorer:
         n = len(a)
         known = [None if memo is None else memo.get(s, p) for s, p in zip(seqs, positions)]
         todo = [s if k is None else None for s, k in zip(seqs, known)]
-        hidden = self._hidden_at(pack_pairs(todo[:n], todo[n:], self.max_length), positions, known)
+        packs = self.supports("packing")
+        hidden = self._hidden_at(pack_pairs(todo[:n], todo[n:], self.max_length, shared=packs), positions, known,
+                                 packs)
         if memo is not None:
             for s, p, k, h in zip(seqs, positions, known, hidden):
                 if k is None:
@@ -332,9 +393,10 @@ class Scorer:
         splits = np.cumsum(counts)[:-1]
         return {key: np.split(np.concatenate([o[key] for o in outs])[:total], splits) for key in (outs or [{}])[0]}
 
-    def _hidden_at(self, packed: Packed, positions, known) -> list[np.ndarray]:
-        """Final hidden states of each sequence at its positions, [len(positions[i]), D] each:
-        ``known[i]`` where given, else from its packed row."""
+    def _hidden_at(self, packed: Packed, positions, known, packs: bool) -> list[np.ndarray]:
+        """The states the head reads (steps.head_states) of each sequence at its positions,
+        [len(positions[i]), D] each: ``known[i]`` where given, else from its row (``packs``: rows
+        packed by pairs; else one sequence each)."""
         hidden = list(known)
         asked = [[] for _ in packed.rows]  # per row: the slots its sequences ask for, in order
         offset = np.zeros(len(positions), np.int64)
@@ -350,7 +412,7 @@ class Scorer:
         calls = (runner.put(b.ids, *packed_rows(packed.segments, packed.positions, b),
                             padded(asked, b.indices, (b.shape[0], row_width), 0))
                  for b in batches)
-        per_row = restore(batches, runner.run(runner.jit("hidden_at", steps.packed_hidden_at), calls),
+        per_row = restore(batches, runner.run(runner.jit("hidden_at", steps.packed_hidden_at, packed=packs), calls),
                           len(packed.rows))
         for i, p in enumerate(positions):
             if known[i] is None:
@@ -384,6 +446,8 @@ class Scorer:
         (0 = embeddings, -1 = last) for the other poolings. An encoder-decoder pools its encoder.
         """
         _check_pooling(pooling)
+        if self.config.hidden_size is None:
+            raise LmprobeError(steps.NO_HIDDEN)
         seqs = self.encode(inputs)
         if not seqs:
             return np.zeros((0, self.config.hidden_size), np.float32)
@@ -399,6 +463,8 @@ class Scorer:
         _check_pooling(pooling)
         x = np.asarray(inputs_embeds, np.float32)
         hidden_size = self.config.hidden_size
+        if hidden_size is None:
+            raise LmprobeError(steps.NO_HIDDEN)
         if x.ndim != 3 or x.shape[-1] != hidden_size:
             raise LmprobeError(f"inputs_embeds has shape {x.shape}; expected [N, T, "
                                f"{hidden_size}] (the model's hidden size)")
@@ -437,7 +503,8 @@ class Scorer:
             raise LmprobeError(f"max_new_tokens={max_new_tokens} leaves no room for a prompt in the "
                                f"model's context of {self.max_length}")
         step = self.runner.jit("generate", generation.generate, max_new_tokens=max_new_tokens, top_k=top_k,
-                               greedy=temperature <= 0, prompt_hidden=memo is not None)
+                               greedy=temperature <= 0, prompt_hidden=memo is not None,
+                               kv_cache=self.supports("kv_cache"))
         return self.generate_with(step, prompts, room=room, eos_id=eos_id, seed=seed, temperature=temperature,
                                   top_p=top_p, decode=decode, memo=memo, allowed=row_allowed)
 
@@ -509,9 +576,10 @@ def model_identity(model, *, name: str | None = None, checkpoint: dict | None = 
     (``lmprobe.checkpoints.identity``; None for a model built in memory), family, model type,
     parameter and compute dtypes (compute: the parameters' unless given), variants applied (none:
     ``Scorer.load`` names those of a NAME@variant, lmprobe.checkpoints.variants)."""
-    floats = (v.get_value().dtype for _, v in nnx.to_flat_state(nnx.state(model, nnx.Param)))
+    floats = (x.dtype for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
     param_dtype = next((str(d) for d in floats if jnp.issubdtype(d, jnp.floating)), None)
     return {"name": name, "checkpoint": checkpoint, "family": type(model).__name__,
+            **({"apply": model.config.apply_name} if isinstance(model, CallableLM) else {}),
             "model_type": model_type or getattr(model.config, "model_type", None), "param_dtype": param_dtype,
             "dtype": str(jnp.dtype(dtype)) if dtype is not None else param_dtype, "variants": []}
 

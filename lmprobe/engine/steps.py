@@ -2,8 +2,10 @@
 
 Each is traceable and reusable inside a larger jitted function (the memory plan compiles
 ``token_logprobs`` and ``pooled_embedding``; a classifier wraps ``pooled_embedding``). No step
-returns a full-vocabulary array: the LM head runs inside, over slices of positions.
-Encoder-decoder bodies (target log-probs, generation) are lmprobe.engine.seq2seq's.
+returns a full-vocabulary array: the LM head runs inside, over slices of positions, on the states
+``head_states`` gives (a JAX callable's logits, where it has no head to call). Steps over packed rows
+take ``packed=False`` for a model without them (Family.packing): each row then holds one sequence,
+under the causal mask of its real tokens. Encoder-decoder bodies are lmprobe.engine.seq2seq's.
 """
 
 from __future__ import annotations
@@ -14,16 +16,27 @@ import jax
 import jax.numpy as jnp
 
 import kernels
-from lmprobe.engine.packing import visibility
+from lmprobe.engine.packing import PADDING, visibility
+from lmprobe.errors import LmprobeError
 from lmprobe.models import family_of
 
 TIME_CHUNK = 32  # positions per LM-head slice when scoring every token
+NO_HIDDEN = ("embeddings need hidden states, and this model gives logits only (a CallableLM whose apply returns "
+             "logits): return (logits, hidden [B, T, D]) from apply")
+
+
+def head_states(model, ids, mask, **kwargs):
+    """[B, T, ...]: what ``model.logits`` reads at each position: the final hidden states, or the
+    logits of a model whose LM head the engine cannot call (Family.lm_head False: a JAX callable)."""
+    family = family_of(model)
+    if family is not None and not family.lm_head:
+        return model(ids, mask, **kwargs).logits
+    return model(ids, mask, compute_logits=False, **kwargs).last_hidden_state
 
 
 def token_logprobs(model, ids, mask):
     """[B, T]: ln p(ids[t+1] | ids[<=t]) of a causal LM."""
-    h = model(ids, mask, compute_logits=False).last_hidden_state
-    return logprobs(model, h, jnp.roll(ids, -1, axis=1))
+    return logprobs(model, head_states(model, ids, mask), jnp.roll(ids, -1, axis=1))
 
 
 def logprobs(model, h, targets):
@@ -37,19 +50,22 @@ def logprobs(model, h, targets):
     return lp.swapaxes(0, 1).reshape(targets.shape)
 
 
-def packed_hidden(model, ids, segments, positions):
-    """Last hidden states [B, T, D] of packed rows (lmprobe.engine.packing)."""
-    return model(ids, visibility(segments), positions=positions, compute_logits=False).last_hidden_state
+def packed_hidden(model, ids, segments, positions, *, packed=True):
+    """``head_states`` [B, T, D] of packed rows (lmprobe.engine.packing); not ``packed``: rows of one
+    sequence each (its segments PREFIX), run under the causal mask of their real tokens."""
+    if not packed:
+        return head_states(model, ids, (segments != PADDING).astype(jnp.int32))
+    return head_states(model, ids, visibility(segments), positions=positions)
 
 
-def packed_logprobs(model, ids, segments, positions, targets):
+def packed_logprobs(model, ids, segments, positions, targets, *, packed=True):
     """``logprobs`` of ``targets`` [B, T, K] after each slot of packed rows."""
-    return logprobs(model, packed_hidden(model, ids, segments, positions), targets)
+    return logprobs(model, packed_hidden(model, ids, segments, positions, packed=packed), targets)
 
 
-def packed_hidden_at(model, ids, segments, positions, gather):
-    """Last hidden states [B, K, D] of packed rows at the slots ``gather`` [B, K]."""
-    h = packed_hidden(model, ids, segments, positions)
+def packed_hidden_at(model, ids, segments, positions, gather, *, packed=True):
+    """``head_states`` [B, K, D] of packed rows at the slots ``gather`` [B, K]."""
+    h = packed_hidden(model, ids, segments, positions, packed=packed)
     return jnp.take_along_axis(h, gather[..., None], axis=1)
 
 
@@ -76,7 +92,7 @@ def packed_scores_at(model, ids, segments, positions, gather, targets):
 
 def causal_scores_at(model, ids, mask, gather, targets):
     """``scores_at`` of rows that hold one sequence each: the causal mask, no [T, T] visibility."""
-    return scores_at(model, model(ids, mask, compute_logits=False).last_hidden_state, gather, targets)
+    return scores_at(model, head_states(model, ids, mask), gather, targets)
 
 
 def pair_stats(model, ha, hb, token_mask, *, top_k, with_mass):
@@ -106,6 +122,12 @@ def pooled_embedding(model, x, mask, *, pooling, layer, continuous=False):
         kwargs["compute_logits"] = False
     need_all = pooling == "first_last_avg" or layer != -1
     out = model(attention_mask=mask, output_hidden_states=need_all, **kwargs)
+    if out.last_hidden_state is None:
+        raise LmprobeError(NO_HIDDEN)
+    if need_all and out.hidden_states is None:
+        raise LmprobeError(f"pooling={pooling!r} with layer={layer} needs every layer's hidden states, and this "
+                           "model gives the last layer's only (a CallableLM whose hidden output is [B, T, D]): "
+                           "use layer=-1 with mean/cls/last pooling, or return hidden [L+1, B, T, D] from apply")
     if pooling == "first_last_avg":
         h = 0.5 * (out.hidden_states[1] + out.hidden_states[-1])
     else:

@@ -53,7 +53,7 @@ def score_continuations(scorer: Scorer, pairs, max_length: int) -> list[tuple[fl
     tokens (lmprobe.engine.packing.pack_continuations); the LM head runs only at the slots that predict a
     continuation token."""
     scorer.require_decoder("lm-eval's loglikelihood")
-    packed = pack_continuations(pairs, max_length)
+    packed = pack_continuations(pairs, max_length, shared=scorer.supports("packing"))
     rows, runner, per_row = packed.rows, scorer.runner, []
     if rows:
         packed_step = runner.jit("lm_eval_packed", steps.packed_scores_at)

@@ -1,10 +1,12 @@
-"""Flax NNX model families, looked up by the ``model_type`` of a Hugging Face config."""
+"""Flax NNX model families, looked up by the ``model_type`` of a Hugging Face config; and models
+built in memory (``CallableLM``: any JAX callable), which no config names."""
 
 from __future__ import annotations
 
 from lmprobe.errors import CheckpointError
 from lmprobe.models import (
     bert,
+    callable_lm,
     distilbert,
     gemma3,
     gpt2,
@@ -20,6 +22,7 @@ from lmprobe.models import (
     vit,
 )
 from lmprobe.models.base import CAUSAL_LM, ENCODER, ENCODER_DECODER, HF, Family, HFNames, ModelOutput
+from lmprobe.models.callable_lm import CallableLM
 
 # model_type (config.json) -> family
 FAMILIES: dict[str, Family] = {
@@ -41,6 +44,7 @@ FAMILIES: dict[str, Family] = {
     "nomic_bert": nomic_bert.FAMILY,
     "t5": t5.FAMILY,
 }
+IN_MEMORY: tuple[Family, ...] = (callable_lm.FAMILY,)  # families of models built in memory, not read from a config
 
 
 def family_for(config: dict, *, where: str = "the checkpoint") -> Family:
@@ -57,8 +61,8 @@ def family_for(config: dict, *, where: str = "the checkpoint") -> Family:
 def family_of(model) -> Family | None:
     """The family a built model belongs to (by its class); None for other modules (a model wrapped
     with a task head, such as SCoPE's classifier: neither a causal LM nor an encoder-decoder)."""
-    return next((f for f in FAMILIES.values() if type(model) is f.model), None)
+    return next((f for f in (*FAMILIES.values(), *IN_MEMORY) if type(model) is f.model), None)
 
 
-__all__ = ["CAUSAL_LM", "ENCODER", "ENCODER_DECODER", "FAMILIES", "Family", "HF", "HFNames", "ModelOutput",
-           "family_for", "family_of"]
+__all__ = ["CAUSAL_LM", "ENCODER", "ENCODER_DECODER", "FAMILIES", "IN_MEMORY", "CallableLM", "Family", "HF",
+           "HFNames", "ModelOutput", "family_for", "family_of"]

@@ -109,6 +109,13 @@ class Family:
     ...) is what task heads (ForCausalLM, ...) put in front of them, tried when a name is absent.
     ``is_decoder``: a causal LM (scores and generates from tokens); ``is_encoder_decoder``: an
     encoder-decoder (T5); neither: an encoder.
+
+    What a causal LM supports beyond ``model(ids, mask)`` (the engine falls back where it does not,
+    with the same numbers): ``packing``, packed rows (a [B, T, T] visibility mask and explicit
+    ``positions``: shared prefixes run once); ``kv_cache``, generation with a KV cache (``cache=``,
+    ``cache_index=``; else each new token recomputes the whole prefix); ``lm_head``, ``logits(h)``
+    is an LM head on the final hidden states (False: the model gives logits only, which then stand
+    in for the states the head reads, and ``logits`` is the identity: lmprobe.models.callable_lm).
     """
 
     name: str
@@ -118,6 +125,9 @@ class Family:
     base_prefix: str
     is_decoder: bool
     is_encoder_decoder: bool = False
+    packing: bool = True
+    kv_cache: bool = True
+    lm_head: bool = True
 
     @property
     def kind(self) -> str:

@@ -25,7 +25,6 @@ from flax import nnx
 
 from lmprobe.engine import Scorer
 from lmprobe.engine.batching import bucket_length, make_batches
-from lmprobe.engine.mesh import DATA
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import Ticker
 from lmprobe.methods.scope.models import HEADS, Classifier, EncoderClassifier, load_hf_head, place_head
@@ -96,7 +95,7 @@ def finetune(scorer: Scorer, texts: Sequence[str], labels, label_names: Sequence
 
     seqs = scorer.encode(list(texts))
     rng = np.random.default_rng(config.seed)
-    data_axis = scorer.mesh.shape[DATA]
+    data_axis = scorer.runner.data_parallel
     epoch_losses, i = [], 0
     ticker = Ticker(progress, config.epochs * -(-len(seqs) // config.batch_size), f"{name}: fine-tuning")
     for _ in range(config.epochs):
