@@ -6,6 +6,8 @@ Hub-cache files are symlinks to blobs named by their content hash (sha256 for LF
 name is used. Other files are fingerprinted by (name, size, mtime_ns, sha256 of the first and
 last MiB), memoized per (path, size, mtime); an index json is hashed whole. ``config_sha256``
 and ``tokenizer_sha256`` cover the files that change the model's outputs beside the weights.
+An Orbax checkpoint (lmprobe's or MaxText's) is its step: ``step``, ``root`` and a fingerprint of
+every file of its parameters (the same per-file fingerprint).
 """
 
 from __future__ import annotations
@@ -38,6 +40,15 @@ def identity(checkpoint) -> dict:
             "weights_sha256": _digest([(os.path.basename(f), file_digest(f)) for f in files]),
             "config_sha256": _digest(checkpoint.config),
             "tokenizer_sha256": _tokenizer_digest(location)}
+    orbax = getattr(checkpoint, "orbax", None)
+    if orbax is not None:
+        params = os.path.join(location, "params")
+        info.update(format="orbax", step=orbax.step, root=orbax.root, weights_sha256=tree_digest(params),
+                    weight_files=len(_tree(params)), tokenizer_sha256=_tokenizer_digest(orbax.tokenizer_dir))
+    elif not files and os.path.isdir(location):  # a MaxText checkpoint: an Orbax tree of arrays
+        step = os.path.basename(os.path.dirname(location.rstrip(os.sep)))
+        info.update(format="maxtext-orbax", weights_sha256=tree_digest(location), weight_files=len(_tree(location)),
+                    **({"step": int(step)} if step.isdigit() else {}))
     embedded = EMBEDDED.get(str(checkpoint.name).lower())
     if embedded is not None:
         info.update(source="embedded", package=embedded[1])
@@ -64,6 +75,15 @@ def weight_files(location: str) -> list[str]:
             return [os.path.join(location, name)]
     found = pickle_io.find_pickle(location)
     return [found] if found else []
+
+
+def tree_digest(directory: str) -> str:
+    """A digest of every file under ``directory`` (each fingerprinted as ``file_digest`` does)."""
+    return _digest([(os.path.relpath(f, directory), file_digest(f, whole=False)) for f in _tree(directory)])
+
+
+def _tree(directory: str) -> list[str]:
+    return sorted(os.path.join(d, n) for d, _, names in os.walk(directory) for n in names)
 
 
 def hub_snapshot(location: str) -> dict | None:

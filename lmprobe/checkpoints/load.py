@@ -4,11 +4,13 @@ The model is first built abstractly (no memory); each parameter is then read fro
 checkpoint under the HF name its family's table gives, checked against the expected shape,
 transposed, split out of a fused q/k/v tensor, reshaped (HF's heads*head_dim is our
 [heads, head_dim]), cast, and placed (by default on the default device; the engine passes a
-placement that puts each parameter straight onto its sharding).
+placement that puts each parameter straight onto its sharding). An lmprobe Orbax checkpoint is
+restored whole instead, each array straight onto its sharding (``restore``).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -45,8 +47,11 @@ def load(name: str, *, dtype=jnp.float32, param_dtype=None, place: Placement | N
         raise CheckpointError(
             f"model '{name}' ({ckpt.location}) is a {family.name} model, which takes no text and has no "
             "tokenizer: load it with tokenizer=False")
-    model, cfg = build(family, ckpt.config, ckpt.tensors, dtype=dtype, param_dtype=param_dtype,
-                       place=place, where=ckpt.location, progress=progress, desc=f"{name}: loading weights")
+    if ckpt.orbax is not None:
+        model, cfg = restore(family, ckpt, dtype=dtype, param_dtype=param_dtype, place=place)
+    else:
+        model, cfg = build(family, ckpt.config, ckpt.tensors, dtype=dtype, param_dtype=param_dtype,
+                           place=place, where=ckpt.location, progress=progress, desc=f"{name}: loading weights")
     return Loaded(model, ckpt.tokenizer() if tokenizer else None, family, cfg, ckpt)
 
 
@@ -74,6 +79,29 @@ def build(family: Family, hf_config: dict, tensors, *, dtype=jnp.float32, param_
     return nnx.merge(graphdef, state), cfg
 
 
+def restore(family: Family, ckpt, *, dtype=jnp.float32, param_dtype=None, place=None):
+    """Build ``family``'s model from an lmprobe Orbax checkpoint (``ckpt.orbax``), every parameter read
+    by orbax straight onto ``place.sharding(shape, axes)`` (an lmprobe.engine.mesh.Placement; None: the
+    default device) in ``param_dtype``; returns (model, family config)."""
+    from lmprobe.checkpoints import orbax_io
+
+    step = ckpt.orbax
+    if jax.process_index() == 0:
+        print(f"{ckpt.name}: Orbax checkpoint step {step.step} ({step.path})", file=sys.stderr)
+    param_dtype = param_dtype or dtype
+    cfg = family.config_from_hf(ckpt.config)
+    abstract = nnx.eval_shape(lambda: family.model(cfg, dtype=dtype, param_dtype=param_dtype, rngs=nnx.Rngs(0)))
+    graphdef, params, rest = nnx.split(abstract, nnx.Param, ...)
+    if len(nnx.to_flat_state(rest)):
+        raise CheckpointError(f"{family.name} models hold state besides parameters, which lmprobe's Orbax "
+                              f"checkpoints do not save: load '{ckpt.name}' from a Hugging Face export instead")
+    sharding = getattr(place, "sharding", None)
+    if place is not None and sharding is None:
+        raise CheckpointError("an Orbax checkpoint restores onto shardings: pass place=lmprobe.engine.mesh."
+                              "placement(mesh, strategy) (an object with .sharding(shape, axes)), or no place")
+    return nnx.merge(graphdef, orbax_io.restore(step, params, place)), cfg
+
+
 def _read(family: Family, rule: HF, tensors, available: set[str], want: tuple, axes: tuple,
           where: str, dtype) -> np.ndarray:
     """The tensor for one parameter in ``dtype`` (stacked over layers when its name has ``{i}``),
@@ -98,8 +126,9 @@ def _read_one(family, rule: HF, tensors, available, want, axes, where) -> np.nda
     hf_shape = _hf_shape(want, axes, fused=rule.qkv is not None)
     expected = tuple(reversed(hf_shape)) if rule.transpose else hf_shape
     if shape != expected:
+        describe = getattr(tensors, "describe", repr)  # a reader's own name for it (a MaxText leaf)
         raise CheckpointError(
-            f"tensor {found!r} in {where} has shape {shape}, but the config.json implies {expected}: "
+            f"tensor {describe(found)} in {where} has shape {shape}, but the config.json implies {expected}: "
             "the weights and config.json belong to different models; use the config saved with them")
     array = np.asarray(tensors.read(found))
     array = array.T if rule.transpose else array

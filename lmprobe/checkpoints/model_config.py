@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from lmprobe.checkpoints import aliases, hub
+from lmprobe.checkpoints import aliases, hub, maxtext, orbax_io
 from lmprobe.checkpoints.base import read_json
 from lmprobe.checkpoints.configs import path_of, shipped_config
 from lmprobe.checkpoints.embedded import embedded_path
@@ -24,7 +24,8 @@ def hf_config(model: str | os.PathLike | dict, *, offline: bool | None = None,
               revision: str | None = None) -> tuple[dict, str]:
     """(config.json contents, where they came from) for a model argument, reading no weights.
 
-    Local directory (its config.json), a config.json file, a .gguf file (the config its metadata
+    Local directory (its config.json; an Orbax checkpoint's saved config; a MaxText checkpoint's
+    config.json beside it), a config.json file, a .gguf file (the config its metadata
     gives) or an embedded model; an alias or hub id: its hub-cache config.json (of ``revision``),
     else the config lmprobe ships (default revision only), else (online) config.json alone from the hub.
     """
@@ -62,6 +63,12 @@ def hf_config(model: str | os.PathLike | dict, *, offline: bool | None = None,
 
 def _local_config(name: str, local: str) -> tuple[dict, str]:
     if os.path.isdir(local):
+        step = orbax_io.find(local)
+        if step is not None:  # the config saved with the step
+            return step.meta["hf_config"], os.path.join(step.path, orbax_io.META)
+        found = maxtext.find_config(local)
+        if found is not None:
+            return found
         path = os.path.join(local, "config.json")
         if not os.path.isfile(path):
             raise CheckpointError(f"checkpoint directory '{local}' has no config.json: pass a Hugging "

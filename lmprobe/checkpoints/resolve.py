@@ -1,6 +1,7 @@
 """Turn a model argument into a Checkpoint: config, lazily read tensors and a tokenizer.
 
-Accepted, in this order: an existing path (Hugging Face directory or .gguf file), an embedded
+Accepted, in this order: an existing path (Hugging Face directory, .gguf file, lmprobe Orbax
+checkpoint directory or step (orbax_io.py), MaxText checkpoint with a config.json (maxtext.py)), an embedded
 model name (smollm2-135m, minilm-l6), a ladder model (ladder.py: gemma3-270m, ..., installed by
 `python -m experiments.assets`), an alias (aliases.py), a hub id 'org/name' (local hub cache
 first; downloaded only when online).
@@ -16,8 +17,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from lmprobe.checkpoints import aliases, hub, pickle_io, safetensors_io
-from lmprobe.checkpoints.base import TensorSource, listing, read_json
+from lmprobe.checkpoints import aliases, hub, maxtext, orbax_io, pickle_io, safetensors_io
+from lmprobe.checkpoints.base import IndexedSource, TensorSource, listing, read_json
 from lmprobe.checkpoints.embedded import EMBEDDED, embedded_path
 from lmprobe.checkpoints.gguf_io import open_gguf
 from lmprobe.checkpoints.ladder import ASSETS as LADDER
@@ -46,6 +47,7 @@ class Checkpoint:
     config: dict  # config.json content (synthesized from metadata for GGUF)
     tensors: TensorSource  # HF names, HF layout (torch Linear = [out, in])
     load_tokenizer: Callable[[], Any] | None = field(default=None, repr=False, compare=False)
+    orbax: orbax_io.OrbaxStep | None = None  # an lmprobe Orbax step: restored whole, not read by name
 
     def tokenizer(self):
         """A transformers PreTrainedTokenizerFast from the same place."""
@@ -141,12 +143,17 @@ def _from_path(model: str, path: str, allow_pickle: bool) -> Checkpoint:
 
 
 def _from_directory(model: str, directory: str, allow_pickle: bool) -> Checkpoint:
+    step = orbax_io.find(directory)
+    if step is not None:
+        return Checkpoint(model, step.path, step.meta["hf_config"], IndexedSource({}, step.path),
+                          partial(directory_tokenizer, step.tokenizer_dir), orbax=step)
+    found = maxtext.find(directory)
+    if found is not None:
+        config, tensors, tokenizer_dir = found
+        return Checkpoint(model, tensors.items, config, tensors, partial(directory_tokenizer, tokenizer_dir))
     config_path = os.path.join(directory, "config.json")
     if not os.path.isfile(config_path):
-        raise CheckpointError(
-            f"checkpoint directory '{directory}' has no config.json ({listing(directory)}): "
-            "pass a Hugging Face model directory (config.json + model.safetensors) or a .gguf file"
-        )
+        raise orbax_io.not_a_checkpoint(directory)
     config = read_json(config_path, "model config")
     if not isinstance(config, dict) or not config.get("model_type"):
         raise CheckpointError(

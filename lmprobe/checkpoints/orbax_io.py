@@ -1,0 +1,194 @@
+"""lmprobe's own Orbax checkpoints: ``save`` a model during training, ``steps`` lists them, and
+``restore`` puts one straight onto the shardings the engine plans.
+
+Layout (an orbax CheckpointManager directory)::
+
+    DIR/<step>/params/   the model's nnx.Param state (sharded; every process writes its shards)
+    DIR/<step>/meta/     JSON: {"format": "lmprobe-orbax", "hf_config", "param_dtype", "metadata"}
+    DIR/tokenizer/       the tokenizer (save_pretrained), written once
+
+A step is written under a temporary name and renamed when complete (orbax), so a half-written step
+is never listed. ``lmprobe.checkpoints.load`` (and ``Scorer.load``) take a step directory, or DIR
+(its latest step).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import tempfile
+from typing import NamedTuple
+
+import jax
+import numpy as np
+from flax import nnx
+
+from lmprobe.checkpoints.base import listing, read_json
+from lmprobe.errors import CheckpointError
+
+FORMAT = "lmprobe-orbax"
+PARAMS, META, TOKENIZER = "params", "meta", "tokenizer"
+_STEP = re.compile(r"\d+")
+
+__all__ = ["FORMAT", "OrbaxStep", "find", "restore", "save", "steps"]
+
+
+class OrbaxStep(NamedTuple):
+    """One finished step of an lmprobe Orbax checkpoint directory."""
+
+    root: str  # the CheckpointManager directory
+    step: int
+    path: str  # root/<step>
+    meta: dict  # hf_config, param_dtype, metadata
+
+    @property
+    def tokenizer_dir(self) -> str:
+        return os.path.join(self.root, TOKENIZER)
+
+
+def save(directory, step: int, model: nnx.Module, *, hf_config: dict, tokenizer=None,
+         metadata: dict | None = None) -> str:
+    """Write ``model``'s parameters as step ``step`` of ``directory``; every process calls it (each
+    writes the shards it holds). ``hf_config``: the config.json dict the model is built from;
+    ``metadata``: JSON-able facts (loss, tokens). The tokenizer is saved once. Returns the step's path."""
+    import orbax.checkpoint as ocp  # a slow import, on use
+
+    if not isinstance(hf_config, dict) or not hf_config.get("model_type"):
+        raise CheckpointError("save(..., hf_config=...) needs the model's config.json dict, with its "
+                              "'model_type' (e.g. the dict lmprobe built the model from)")
+    directory = os.path.abspath(os.fspath(directory))
+    if int(step) in steps(directory):
+        raise CheckpointError(f"step {int(step)} is already saved in '{directory}': save under a new step, or "
+                              f"delete '{os.path.join(directory, str(int(step)))}' first")
+    params = _nested(nnx.state(model, nnx.Param))
+    dtypes = {str(np.dtype(a.dtype)) for a in jax.tree.leaves(params)}
+    meta = {"format": FORMAT, "hf_config": hf_config, "param_dtype": sorted(dtypes)[0] if len(dtypes) == 1
+            else sorted(dtypes), "metadata": dict(metadata or {})}
+    options = ocp.CheckpointManagerOptions(create=True, enable_async_checkpointing=False)
+    with ocp.CheckpointManager(directory, options=options) as manager:
+        manager.save(int(step), args=ocp.args.Composite(**{PARAMS: ocp.args.StandardSave(params),
+                                                             META: ocp.args.JsonSave(meta)}), force=True)
+        manager.wait_until_finished()
+    if tokenizer is not None and jax.process_index() == 0:
+        _save_tokenizer(tokenizer, os.path.join(directory, TOKENIZER))
+    return os.path.join(directory, str(int(step)))
+
+
+def steps(directory) -> list[int]:
+    """The finished steps of ``directory``, sorted (empty when there are none)."""
+    directory = os.fspath(directory)
+    if not os.path.isdir(directory):
+        return []
+    return sorted(int(n) for n in os.listdir(directory)
+                  if _STEP.fullmatch(n) and os.path.isdir(os.path.join(directory, n, META)))
+
+
+def find(path) -> OrbaxStep | None:
+    """The step ``path`` names (a step directory, or a checkpoint directory: its latest step), or None
+    when ``path`` is not an lmprobe Orbax checkpoint."""
+    path = os.path.abspath(os.fspath(path))
+    if os.path.isdir(os.path.join(path, META)) and os.path.isdir(os.path.join(path, PARAMS)):
+        root, name = os.path.split(path)
+        step = int(name) if _STEP.fullmatch(name) else 0
+    else:
+        found = steps(path)
+        if not found:
+            return None
+        root, step = path, found[-1]
+        path = os.path.join(root, str(step))
+    meta = read_json(os.path.join(path, META, "metadata"), "Orbax checkpoint metadata")
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        return None
+    return OrbaxStep(root, step, path, meta)
+
+
+def restore(step: OrbaxStep, abstract_state: nnx.State, place=None) -> nnx.State:
+    """``abstract_state`` (an nnx.eval_shape model's Param state, each leaf with its logical ``axes``)
+    filled from ``step``, each array read straight onto ``place.sharding(shape, axes)`` (default: the
+    default device) in the abstract leaf's dtype: no array is gathered on one host, and at most one
+    array's bytes are being read at a time."""
+    import orbax.checkpoint as ocp
+
+    default = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    flat = list(nnx.to_flat_state(abstract_state))
+    target = {}
+    for key, var in flat:
+        shape, axes = tuple(var.get_value().shape), tuple(var.get_metadata().get("axes") or ())
+        sharding = place.sharding(shape, axes) if place is not None else default
+        target[_key(key)] = jax.ShapeDtypeStruct(shape, var.get_value().dtype, sharding=sharding)
+    target = _nest(target)
+    where = os.path.join(step.path, PARAMS)
+    # one array in flight at a time (orbax's default: 96 GB), so that the host holds little beside the model
+    largest = max(math.prod(a.shape) * np.dtype(a.dtype).itemsize for a in jax.tree.leaves(target))
+    handler = ocp.StandardCheckpointHandler(restore_concurrent_gb=(largest + (1 << 20)) / 1e9)
+    with ocp.Checkpointer(handler) as checkpointer:
+        _check_shapes(checkpointer.metadata(where).item_metadata.tree, target, where)
+        restored = checkpointer.restore(where, args=ocp.args.StandardRestore(target))
+    for key, var in flat:
+        node = restored
+        for part in _key(key).split("/"):
+            node = node[part]
+        var.set_value(node)
+    return abstract_state
+
+
+def _check_shapes(saved: dict, target: dict, where: str, prefix: str = "") -> None:
+    """One CheckpointError for the first parameter missing from ``saved`` or shaped otherwise."""
+    for name, want in target.items():
+        path = f"{prefix}{name}"
+        got = saved.get(name) if isinstance(saved, dict) else None
+        if isinstance(want, dict):
+            _check_shapes(got if isinstance(got, dict) else {}, want, where, path + ".")
+        elif got is None:
+            raise CheckpointError(f"parameter '{path}' is missing from the Orbax checkpoint '{where}': it was "
+                                  "saved from a different model than its hf_config describes; re-save it")
+        elif tuple(got.shape) != tuple(want.shape):
+            raise CheckpointError(f"parameter '{path}' in '{where}' has shape {tuple(got.shape)}, but its hf_config "
+                                  f"implies {tuple(want.shape)}: re-save the checkpoint with the model's config")
+
+
+def _key(path: tuple) -> str:
+    return "/".join(map(str, path))
+
+
+def _nest(flat: dict) -> dict:
+    out: dict = {}
+    for key, value in flat.items():
+        *parents, leaf = key.split("/")
+        node = out
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return out
+
+
+def _nested(state: nnx.State) -> dict:
+    """A plain nested dict of arrays (string keys) from an nnx.State."""
+    return _nest({_key(path): var.get_value() for path, var in nnx.to_flat_state(state)})
+
+
+def _save_tokenizer(tokenizer, target: str) -> None:
+    """``tokenizer.save_pretrained`` into ``target`` once, atomically (a temporary directory renamed)."""
+    if os.path.isdir(target):
+        return
+    tmp = tempfile.mkdtemp(prefix=".tokenizer-", dir=os.path.dirname(target))
+    try:
+        tokenizer.save_pretrained(tmp)
+        os.rename(tmp, target)
+    except OSError:
+        if not os.path.isdir(target):
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def not_a_checkpoint(path: str) -> CheckpointError:
+    """The error for a directory that holds no checkpoint lmprobe recognises."""
+    return CheckpointError(
+        f"checkpoint directory '{path}' has no config.json, nor any checkpoint lmprobe recognises ({listing(path)}): "
+        "expected a "
+        "Hugging Face directory (config.json + model.safetensors), an lmprobe Orbax checkpoint (numbered step "
+        "directories with params/ and meta/, from lmprobe.checkpoints.orbax_io.save) or a MaxText checkpoint "
+        "with a config.json beside it")

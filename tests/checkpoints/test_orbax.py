@@ -1,0 +1,103 @@
+"""lmprobe's Orbax checkpoints: save -> restore bit for bit onto a sharded mesh, steps, configs from
+metadata, identity, the same scores as the HF directory they came from, and clear errors."""
+
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from lmprobe.checkpoints import identity, load
+from lmprobe.checkpoints.model_config import hf_config
+from lmprobe.checkpoints.orbax_io import save, steps
+from lmprobe.engine import Scorer
+from lmprobe.engine.mesh import make_mesh, placement
+from lmprobe.errors import CheckpointError
+from tests.engine.conftest import tiny_llama_dir  # noqa: F401  (the fixture)
+
+
+@pytest.fixture(scope="module")
+def saved(tiny_llama_dir, tmp_path_factory):  # noqa: F811
+    """The tiny Llama saved at steps 10 and 20 (step 20's weights scaled), from a sharded model."""
+    config = json.load(open(os.path.join(tiny_llama_dir, "config.json")))
+    src = load(str(tiny_llama_dir), place=placement(make_mesh(2), "fsdp"))
+    root = tmp_path_factory.mktemp("orbax") / "run"
+    save(root, 10, src.model, hf_config=config, tokenizer=src.tokenizer, metadata={"loss": 1.5})
+    state = nnx.state(src.model, nnx.Param)
+    doubled = jax.tree.map(lambda a: a * 2, state)
+    nnx.update(src.model, doubled)
+    path = save(root, 20, src.model, hf_config=config, metadata={"loss": 1.0})
+    return root, path, config
+
+
+def _params(model) -> dict:
+    return {k: v.get_value() for k, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
+
+
+def test_steps_layout_and_config(saved):
+    root, path, config = saved
+    assert steps(root) == [10, 20] and path == os.path.join(str(root), "20")
+    assert steps(root / "nothing") == []
+    assert sorted(os.listdir(root)) == ["10", "20", "tokenizer"]  # tokenizer once, no temporary left
+    assert hf_config(str(root))[0] == config and hf_config(path)[0] == config
+    with pytest.raises(CheckpointError, match=r"step 20 is already saved in '.*run': save under a new step"):
+        save(root, 20, load(path, tokenizer=False).model, hf_config=config)
+    with pytest.raises(CheckpointError, match="needs the model's config.json dict"):
+        save(root, 30, load(path, tokenizer=False).model, hf_config={})
+
+
+def test_round_trip_bit_for_bit_onto_planned_shardings(saved, tiny_llama_dir):  # noqa: F811
+    root, _, _ = saved
+    place = placement(make_mesh(4), "tp")
+    hf = _params(load(str(tiny_llama_dir), tokenizer=False).model)
+    got = load(str(root / "10"), tokenizer=False, place=place)
+    assert got.checkpoint.orbax.step == 10
+    for key, array in _params(got.model).items():
+        np.testing.assert_array_equal(np.asarray(array), np.asarray(hf[key]), err_msg=str(key))
+        axes = nnx.to_flat_state(nnx.state(got.model, nnx.Param))
+        assert array.sharding == place.sharding(array.shape, dict(axes)[key].get_metadata()["axes"]), key
+    latest = load(str(root), tokenizer=False)  # the root: its latest step
+    assert latest.checkpoint.orbax.step == 20
+    for key, array in _params(latest.model).items():
+        np.testing.assert_array_equal(np.asarray(array), 2 * np.asarray(hf[key]))
+
+
+def test_restore_casts_to_the_requested_dtype(saved):
+    import jax.numpy as jnp
+
+    root, _, _ = saved
+    got = load(str(root / "10"), tokenizer=False, dtype=jnp.bfloat16)
+    assert {a.dtype for a in _params(got.model).values()} == {jnp.dtype(jnp.bfloat16)}
+
+
+def test_identity_names_the_step_and_changes_with_weights(saved):
+    root, _, _ = saved
+    a, b = (identity(load(str(root / s), tokenizer=False).checkpoint) for s in ("10", "20"))
+    assert a["format"] == b["format"] == "orbax" and (a["step"], b["step"]) == (10, 20)
+    assert a["weights_sha256"] != b["weights_sha256"] and a["tokenizer_sha256"] == b["tokenizer_sha256"] is not None
+
+
+def test_scorer_load_scores_like_the_hf_directory(saved, tiny_llama_dir):  # noqa: F811
+    root, _, _ = saved
+    texts = ["w3 w4 w5 w6 w7", "w10 w11 w12"]
+    want = Scorer.load(str(tiny_llama_dir), dtype="float32", batch_size=2).score(texts)
+    got = Scorer.load(str(root / "10"), dtype="float32", batch_size=2, model_parallel=2).score(texts)
+    np.testing.assert_allclose(got.nll, want.nll, rtol=1e-5)
+
+
+def test_bad_directories_say_what_was_looked_for(tmp_path, saved):
+    (tmp_path / "junk.txt").write_text("x")
+    with pytest.raises(CheckpointError, match=r"has no config.json, nor any checkpoint.*junk\.txt.*Orbax"):
+        load(str(tmp_path))
+    root, _, config = saved
+    bad = {**config, "hidden_size": 32, "num_attention_heads": 2, "num_key_value_heads": 1}
+    meta = root / "20" / "meta" / "metadata"
+    original = meta.read_text()
+    try:
+        meta.write_text(json.dumps({**json.loads(original), "hf_config": bad}))
+        with pytest.raises(CheckpointError, match=r"parameter '.*' in .* has shape .* implies"):
+            load(str(root), tokenizer=False)
+    finally:
+        meta.write_text(original)
