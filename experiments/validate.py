@@ -36,20 +36,17 @@ import numpy as np
 from experiments import cli, flags
 from experiments.cli import log, main_guard, output_dir, progress, say
 from lmprobe.checkpoints import variants
-from lmprobe.data import corpus as corpus_lib
 from lmprobe.data.labelled import load_labelled
 from lmprobe.errors import LmprobeError
-from lmprobe.methods import byod, model_key, realtask, synbench, syntextbench
+from lmprobe.methods import proxies as proxies_lib
+from lmprobe.methods import realtask
 from lmprobe.report import correlation, plots
-from lmprobe.report.artifacts import cache_key, cached_json, join
+from lmprobe.report.artifacts import join
 from lmprobe.report.text import number, plural
 
-PROXIES = ("syntextbench", "synbench", "byod")
+PROXIES, BYOD_METRICS = proxies_lib.PROXIES, proxies_lib.BYOD_METRICS
 TASKS = ("probes", "zero_shot", "prose")  # zero_shot and prose: decoders only
-BYOD_METRICS = ("negation", "long_range", "word_order", "tokenization")
-LOWER_IS_BETTER = frozenset({"byod_tokenization", "prose_bits_per_byte"})
-SYNBENCH_A_T = 0.7
-CACHE_VERSION = 1
+LOWER_IS_BETTER = proxies_lib.LOWER_IS_BETTER | {"prose_bits_per_byte"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,14 +90,7 @@ def _sample(data, k: int, seed: int):
 class Data:
     probes: dict  # task name -> (train, test) LabelledData
     prose: list[str]
-    tasks: object  # SynTextBench's synthetic tasks (syntextbench.Tasks), built once
-    corpus: object  # BYOD's corpus and benign corpus
-    benign: object
-
-
-def syntextbench_config(args) -> syntextbench.Config:
-    return syntextbench.Config(n=args.syntextbench_n, levels=tuple(args.syntextbench_levels), seed=args.seed,
-                               baselines=False, icl_examples=0)
+    inputs: proxies_lib.Inputs  # the proxies' synthetic tasks and corpora, built once
 
 
 def load_data(args) -> Data:
@@ -111,12 +101,7 @@ def load_data(args) -> Data:
         train, test = (load_labelled(spec, split=s) for s in ("train", "test"))
         probes[task] = (_sample(train, args.probe_train, args.seed), _sample(test, args.probe_test, args.seed))
     reviews = _sample(load_labelled("rt-reviews", split="test"), args.prose_texts, args.seed)
-    tasks = syntextbench.build_tasks(syntextbench_config(args)) if "syntextbench" in args.proxies else None
-    corpus = benign = None
-    if "byod" in args.proxies:
-        corpus = corpus_lib.load_corpus(None)
-        benign = corpus_lib.load_corpus("wordnet-examples")
-    return Data(probes, list(reviews.texts), tasks, corpus, benign)
+    return Data(probes, list(reviews.texts), proxies_lib.load_inputs(args.proxies, proxies_lib.Settings.of(args)))
 
 
 # --- one model ---------------------------------------------------------------------------------
@@ -124,14 +109,7 @@ def load_data(args) -> Data:
 
 def _stages(args, decoder: bool) -> dict:
     """stage name -> its settings (the cache key's content)."""
-    out = {}
-    if "syntextbench" in args.proxies:
-        out["syntextbench"] = dict(n=args.syntextbench_n, levels=list(args.syntextbench_levels), seed=args.seed)
-    if "synbench" in args.proxies:
-        out["synbench"] = dict(n=args.synbench_n, scales=list(args.synbench_scales), seed=args.seed,
-                               version=synbench.CACHE_VERSION)  # scores from before the input signs were 0
-    if "byod" in args.proxies and decoder:
-        out["byod"] = dict(metrics=list(BYOD_METRICS), n=args.byod_examples, seed=args.seed)
+    out = proxies_lib.stages(args.proxies, proxies_lib.Settings.of(args), decoder)
     if "probes" in args.tasks:
         out["probes"] = dict(train=args.probe_train, test=args.probe_test, conf=args.tweets_min_confidence,
                              seed=args.seed)
@@ -144,25 +122,9 @@ def _stages(args, decoder: bool) -> dict:
 
 def _run_stage(stage: str, scorer, name: str, args, data: Data, cache_dir: str) -> dict:
     """{number name: value} of one stage on one model."""
-    if stage == "syntextbench":
-        return {"syntextbench": syntextbench.run(scorer, syntextbench_config(args), model_name=name, tasks=data.tasks,
-                                                 cache_dir=cache_dir, progress=progress).score}
-    if stage == "synbench":
-        width = int(scorer.config.hidden_size)
-        if args.synbench_n <= width:
-            raise LmprobeError(f"--synbench_n={args.synbench_n} is not above {name}'s width {width}: the plug-in Bayes "
-                               "classifier then overfits its training split and SynBench-Score is 0 for any model "
-                               f"(even the identity); use --synbench_n={max(2048, 2 * width)}")
-        config = synbench.Config(n=args.synbench_n, scales=tuple(args.synbench_scales), seed=args.seed,
-                                 a_t=(SYNBENCH_A_T,), epsilons=(0.0, 0.2), batch_size=args.batch_size)
-        result = synbench.run(synbench.scorer_representation(scorer, name), config, cache_dir=cache_dir,
-                              progress=progress)
-        return {"synbench" if r["eps"] == 0 else f"synbench_eps{r['eps']:g}": r["score"] for r in result.scores}
-    if stage == "byod":
-        config = byod.Config(metrics=BYOD_METRICS, max_examples=args.byod_examples, seed=args.seed)
-        result = byod.run(scorer, data.corpus, config, model_name=name, benign=data.benign, cache_dir=cache_dir,
-                          progress=progress)
-        return {f"byod_{m}": result.metrics[m].score if m in result.metrics else None for m in BYOD_METRICS}
+    if stage in PROXIES:
+        return proxies_lib.run_stage(stage, scorer, name, proxies_lib.Settings.of(args), data.inputs, cache_dir,
+                                     progress=progress)
     if stage == "probes":
         out = {}
         for task, (train, test) in data.probes.items():
@@ -187,15 +149,16 @@ def measure(name: str, args, data: Data, run_dir: str, run: cli.Run) -> dict:
     start = time.perf_counter()
     scorer = run.loaded(name, cli.load_scorer(args, name))
     decoder = bool(scorer.is_decoder)
-    record = {"model": name, "group": "decoders" if decoder else "encoders", "numbers": {}, "seconds": {},
+    record = {"model": name, "group": "decoders" if decoder else "encoders", "numbers": {}, "stderr": {}, "seconds": {},
               "load_s": time.perf_counter() - start}
     cache_dir = join(run_dir, "cache")
     for stage, settings in _stages(args, decoder).items():
         t = time.perf_counter()
-        key = cache_key(stage=stage, settings=settings, model=model_key(scorer), version=CACHE_VERSION)
-        record["numbers"].update(cached_json(join(run_dir, "models", f"{stage}-{key}.json"),
-                                             lambda stage=stage: _run_stage(stage, scorer, name, args, data,
-                                                                            cache_dir)))
+        numbers, stderr = proxies_lib.split_stderr(proxies_lib.cached_stage(
+            run_dir, stage, settings, scorer,
+            lambda stage=stage: _run_stage(stage, scorer, name, args, data, cache_dir)))
+        record["numbers"].update(numbers)
+        record["stderr"].update(stderr)
         record["seconds"][stage] = time.perf_counter() - t
         log.info(f"{name}: {stage} in {record['seconds'][stage]:.1f} s")
     return record

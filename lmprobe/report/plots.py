@@ -1,5 +1,6 @@
 """Figures for results.json files: SynTextBench's margin-accuracy curve and goodness s(a), SynBench's
-bound-threshold plot, and label-free proxies against real tasks across models (``scatter_grid``)."""
+bound-threshold plot, label-free proxies against real tasks across models (``scatter_grid``) and a
+sweep's numbers against training step (``against_step``)."""
 
 from __future__ import annotations
 
@@ -258,4 +259,26 @@ def sentence_length_histograms(lengths: Mapping[str, Sequence[int]], path: str, 
     ax.set_title("SynTextBench: sentence lengths" + (f"\n{note}" if note else ""), fontsize=10)
     ax.grid(alpha=0.3, lw=0.5)
     ax.legend(loc="upper right")
+    save_figure(fig, path)
+
+
+@styled
+def against_step(steps: Sequence[int], values: Sequence, path, *, name: str, low: Sequence | None = None,
+                 high: Sequence | None = None, lower_is_better: bool = False) -> None:
+    """One number of a checkpoint sweep against training step: a line through the steps' values
+    (None or NaN left out), and the shaded interval [low, high] where one is given."""
+    x = np.asarray(steps, np.float64)
+    y = _panel_values(values, name, len(x))
+    fig, ax = plt.subplots(figsize=(6, 4))
+    if low is not None and high is not None:
+        lo, hi = _panel_values(low, name, len(x)), _panel_values(high, name, len(x))
+        ok = np.isfinite(lo) & np.isfinite(hi)
+        if ok.any():
+            ax.fill_between(x[ok], lo[ok], hi[ok], alpha=0.25, lw=0, label="95% interval")
+    ok = np.isfinite(y)
+    ax.plot(x[ok], y[ok], "o-", ms=4, label=name)
+    ax.set(xlabel="training step", ylabel=f"{name} (lower is better)" if lower_is_better else name,
+           title=f"{name} across checkpoints")
+    ax.grid(alpha=0.3, lw=0.5)
+    ax.legend(loc="best")
     save_figure(fig, path)
