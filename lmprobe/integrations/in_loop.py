@@ -1,0 +1,245 @@
+"""An in-loop callback: label-free proxies of a model while it trains, on the trainer's own mesh.
+
+    probe = ProxyCallback(tokenizer, run_dir="runs/x", mesh=mesh, seed=0)
+    for step in range(steps):
+        ...                                         # the trainer's own step
+        if step % 100 == 0:
+            logger.log(probe(step, model), step)    # {"heldout_loss": 3.2, "byod_negation": 0.04, ...}
+
+Every input is drawn once, at construction, from a seeded sample of the corpus: the same texts on
+every call, so the numbers compare across steps and the compiled programs never change shape.
+The first call builds one Scorer on the model as it is (its parameters stay where the trainer put
+them); each later call swaps in the new weights (``Scorer.update``: the same model, its
+nnx.State, or a CallableLM's params) and reuses the compiled steps. A model that is not an
+lmprobe family runs as ``lmprobe.models.callable_lm.CallableLM(apply, params, ...)``: pass it on
+the first call, then the CallableLM again or its params. Each call appends one row (step, UTC
+time, seconds, every metric, seconds per method, and ``traces``: the engine's compilations so far,
+constant after the first call) to RUN_DIR/proxies.jsonl on process 0, in one write, flushed and
+synced: a crash mid-write leaves the earlier rows whole (``read_rows`` skips a torn last line).
+In a multi-process job every process calls the probe at the same steps (the queries are collective).
+Between calls the Scorer keeps a reference to the weights it last scored.
+
+Proxies (``methods``, METHODS), each the method's own code at small settings:
+heldout_loss (methods.realtask.perplexity: nats per token and bits per byte on ``heldout_texts``
+documents), byod_negation / byod_word_order / byod_long_range / byod_tokenization / byod_entropy
+(methods.byod on ``examples`` sentences or paragraphs), syntextbench (methods.syntextbench: the
+score and the mean level accuracy, ``syntextbench_n`` sentences on ``syntextbench_levels``, no
+baselines or in-context prompts), synbench (methods.synbench: eps 0, a_t 0.7, ``synbench_n``
+samples at scales 1 and 5). Left out: SCoPE and MSTemp need a second model (score saved
+checkpoints against one with ``lmprobe sweep`` or their front ends), and BYOD's toxicity samples
+continuations on every call.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import time
+from collections.abc import Sequence
+
+import numpy as np
+from flax import nnx
+
+from lmprobe.data.corpus import Corpus, load_corpus
+from lmprobe.engine import HiddenMemo, Scorer
+from lmprobe.engine.runtime import is_main
+from lmprobe.errors import LmprobeError
+from lmprobe.methods import realtask, synbench, syntextbench
+from lmprobe.methods.byod import knowledge, long_range, next_token
+from lmprobe.methods.byod.common import shuffled
+from lmprobe.report.artifacts import is_remote, json_text
+
+FILENAME = "proxies.jsonl"
+BUCKETS = (16, 32, 64, 128, 256, 512)  # coarser than the engine's: fewer programs to compile on the first call
+DEFAULT_METHODS = ("heldout_loss", "byod_negation", "byod_word_order", "byod_long_range", "syntextbench")
+
+
+def _metric(name: str, result) -> dict:
+    """A BYOD MetricResult as {name: score, name_stderr: stderr}."""
+    return {name: result.score, f"{name}_stderr": result.stderr}
+
+
+def _heldout(probe, scorer, memo) -> dict:
+    out = realtask.perplexity(scorer, probe.heldout, max_chars=probe.heldout_chars)
+    return {"heldout_loss": out["nll_per_token"], "heldout_bits_per_byte": out["bits_per_byte"]}
+
+
+def _syntextbench(probe, scorer, memo) -> dict:
+    result = syntextbench.run(scorer, probe.syntextbench_config, model_name="in-loop", tasks=probe.tasks)
+    return {"syntextbench": result.score,
+            "syntextbench_accuracy": float(np.mean([level["accuracy"] for level in result.levels]))}
+
+
+def _synbench(probe, scorer, memo) -> dict:
+    result = synbench.run(synbench.scorer_representation(scorer, "in-loop"), probe.synbench_config)
+    return {"synbench": result.scores[0]["score"]}
+
+
+# name -> proxy(probe, scorer, memo) -> metrics; the memo shares hidden states within one call
+METHODS = {
+    "heldout_loss": _heldout,
+    "byod_negation": lambda p, s, m: _metric("byod_negation", knowledge.negation(s, p.negatable, limit=None)),
+    "byod_word_order": lambda p, s, m: _metric("byod_word_order", next_token.word_order(
+        s, p.sentences, limit=p.examples, seed=p.seed, memo=m)),
+    "byod_long_range": lambda p, s, m: _metric("byod_long_range", long_range.long_range(
+        s, p.paragraphs, limit=p.examples, seed=p.seed)),
+    "byod_tokenization": lambda p, s, m: _metric("byod_tokenization", next_token.tokenization(
+        s, p.sentences, limit=p.examples, memo=m)),
+    "byod_entropy": lambda p, s, m: _metric("byod_entropy", next_token.entropy(
+        s, p.sentences, limit=p.examples, memo=m)),
+    "syntextbench": _syntextbench,
+    "synbench": _synbench,
+}
+
+
+class ProxyCallback:
+    """``probe(step, model) -> metrics``: the chosen proxies on the model's current weights.
+
+    ``corpus``: a corpus name or path (lmprobe.data.corpus.load_corpus), a Corpus, or a list of
+    texts, for BYOD and the held-out loss; ``heldout``: the held-out texts (default
+    ``heldout_texts`` documents of the corpus: pass texts the model does not train on).
+    ``mesh`` / ``data_axes``: the trainer's mesh and the axes a batch is split over (the Scorer's).
+    ``batch_size`` is per device; ``max_length`` caps the context the proxies use.
+    """
+
+    def __init__(self, tokenizer, run_dir: str | None = None, *, methods: Sequence[str] = DEFAULT_METHODS,
+                 mesh=None, data_axes: Sequence[str] | None = None, seed: int = 0, corpus="fortunes",
+                 heldout: Sequence[str] | None = None, heldout_texts: int = 32, heldout_chars: int = 200,
+                 examples: int = 32, syntextbench_n: int = syntextbench.MIN_N,
+                 syntextbench_levels: Sequence[float] = (0.0, 0.2, 0.4, 0.6, 0.8),
+                 synbench_n: int = 512, batch_size: int = 16, max_length: int = 256,
+                 buckets: Sequence[int] = BUCKETS):
+        unknown = [m for m in methods if m not in METHODS]
+        if unknown or not methods:
+            raise LmprobeError(f"ProxyCallback: unknown method(s) {unknown or '(none given)'}: choose from "
+                               f"{', '.join(METHODS)}")
+        if min(examples, heldout_texts, heldout_chars, batch_size, max_length) < 1:
+            raise LmprobeError(f"ProxyCallback: examples={examples}, heldout_texts={heldout_texts}, heldout_chars="
+                               f"{heldout_chars}, batch_size={batch_size} and max_length={max_length} must be >= 1")
+        if run_dir is not None and is_remote(run_dir):
+            raise LmprobeError(f"ProxyCallback: run_dir '{run_dir}' is remote; proxies.jsonl is appended to a "
+                               "local file: give a local directory")
+        self.tokenizer, self.methods, self.seed, self.examples = tokenizer, tuple(methods), seed, examples
+        self.mesh, self.data_axes, self.batch_size, self.max_length = mesh, data_axes, batch_size, max_length
+        self.buckets = tuple(buckets)
+        self.heldout_chars = heldout_chars
+        self.path = os.path.join(os.fspath(run_dir), FILENAME) if run_dir is not None else None
+        if self.path and is_main():
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        self.scorer = None
+        self.last_seconds, self.last_seconds_by_method = None, {}  # the latest call's wall time, in all and per method
+        self._prepare(corpus, heldout, heldout_texts)
+        self.syntextbench_config = syntextbench.Config(n=syntextbench_n, levels=tuple(syntextbench_levels),
+                                                       seed=seed, baselines=False, icl_examples=0)
+        self.tasks = syntextbench.build_tasks(self.syntextbench_config) if "syntextbench" in methods else None
+        self.synbench_config = synbench.Config(n=synbench_n, scales=(1.0, 5.0), epsilons=(0.0,), a_t=(0.7,),
+                                               seed=seed)
+        if "synbench" in methods:
+            self.synbench_config.check()
+
+    def _prepare(self, corpus, heldout, heldout_texts: int) -> None:
+        """The fixed inputs: sentences, negatable sentences, long paragraphs, held-out texts."""
+        needs_corpus = any(m.startswith("byod_") for m in self.methods) or (
+            "heldout_loss" in self.methods and heldout is None)
+        if not needs_corpus:
+            corpus = None
+        elif isinstance(corpus, str | os.PathLike):
+            corpus = load_corpus(os.fspath(corpus))
+        elif not isinstance(corpus, Corpus):
+            corpus = Corpus.from_texts("texts", list(corpus))
+        pool = 8 * self.examples  # candidates a metric may skip to reach its examples, the same each call
+        sentences = shuffled(corpus.sentences, self.seed) if corpus else []
+        self.sentences = sentences[:pool]
+        self.negatable = [e["text"] for e in knowledge.build(sentences, self.examples).examples]
+        self.paragraphs = shuffled(corpus.long_paragraphs(long_range.MIN_SENTENCES), self.seed)[:pool] if corpus else []
+        if heldout is not None:
+            self.heldout = [t for t in heldout if t.strip()]
+        else:  # documents of the corpus whose first heldout_chars fit max_length tokens
+            docs = shuffled(corpus.documents, self.seed + 1)[:4 * heldout_texts] if corpus else []
+            self.heldout = self._fitting(docs)[:heldout_texts]
+        source = "the heldout texts" if heldout is not None else f"corpus '{getattr(corpus, 'name', '')}'"
+        for name, inputs in (("byod_negation", self.negatable), ("byod_long_range", self.paragraphs),
+                             ("heldout_loss", self.heldout)):
+            if name in self.methods and not inputs:
+                where = source if name == "heldout_loss" else f"corpus '{corpus.name}'"
+                raise LmprobeError(f"ProxyCallback: {name} finds no usable text in {where}: give English prose "
+                                   "(e.g. corpus='fortunes'; negation needs is/was/were, long_range paragraphs of "
+                                   f"{long_range.MIN_SENTENCES}+ sentences) or drop the method")
+
+    def _fitting(self, texts: list[str]) -> list[str]:
+        """The non-empty texts whose cut (``heldout_chars``) fits ``max_length`` tokens."""
+        texts = [t for t in texts if t.strip()]
+        cut = [realtask.cut(t, self.heldout_chars) for t in texts]
+        ids = self.tokenizer(cut, add_special_tokens=False)["input_ids"] if cut else []
+        return [t for t, i in zip(texts, ids) if len(i) < self.max_length]
+
+    def __call__(self, step: int, model) -> dict[str, float | None]:
+        """The metrics of ``model`` (an lmprobe model or CallableLM; after the first call, also
+        its nnx.State or a CallableLM's params) at training step ``step``; one row appended."""
+        try:
+            step = int(step)
+        except (TypeError, ValueError):
+            raise LmprobeError(f"ProxyCallback: step {step!r} is not an integer: pass the training step") from None
+        start = time.perf_counter()
+        scorer = self._scorer(model, step)
+        memo, metrics, seconds = HiddenMemo(), {}, {}
+        for name in self.methods:
+            begin = time.perf_counter()
+            metrics.update(METHODS[name](self, scorer, memo))
+            seconds[name] = round(time.perf_counter() - begin, 4)
+        metrics = {k: None if v is None else float(v) for k, v in metrics.items()}
+        self.last_seconds, self.last_seconds_by_method = time.perf_counter() - start, seconds
+        row = {"step": step, "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+               "seconds": round(self.last_seconds, 4), **metrics, "seconds_by_method": seconds,
+               "traces": sum(scorer.compilations.values())}
+        if self.path and is_main():
+            append_row(self.path, row)
+        return metrics
+
+    def _scorer(self, model, step: int) -> Scorer:
+        """The Scorer, built on the first call's model; later calls swap in the new weights."""
+        if self.scorer is not None:
+            self.scorer.update(model, step=step)
+            return self.scorer
+        if not isinstance(model, nnx.Module):
+            raise LmprobeError(f"ProxyCallback: the first call needs the model itself, got {type(model).__name__}: "
+                               "pass an lmprobe model (e.g. lmprobe.models.llama.Llama) or "
+                               "lmprobe.models.callable_lm.CallableLM(apply, params, ...); later calls may pass "
+                               "its nnx.State or params")
+        context = getattr(model, "max_length", None) or model.config.max_position_embeddings
+        extra = {"data_axes": tuple(self.data_axes)} if self.data_axes is not None else {}
+        self.scorer = Scorer(model, self.tokenizer, mesh=self.mesh, batch_size=self.batch_size,
+                             max_length=min(self.max_length, context), buckets=self.buckets, **extra)
+        return self.scorer
+
+    @property
+    def compilations(self) -> dict[str, int]:
+        """Traces per engine step so far (a copy): unchanged after the first call."""
+        return dict(self.scorer.compilations) if self.scorer is not None else {}
+
+
+def append_row(path: str, row: dict) -> None:
+    """``row`` appended to the JSONL file ``path`` as one line, in one write, flushed and synced. A
+    torn last line (a crash mid-write) is ended first, so the new row starts on a line of its own."""
+    line = (json_text(row, indent=None) + "\n").encode("utf-8")
+    with open(path, "a+b") as f:
+        if f.seek(0, os.SEEK_END):
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                line = b"\n" + line
+        f.write(line)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_rows(path: str) -> list[dict]:
+    """The rows of a proxies.jsonl file, skipping lines a crash tore."""
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows

@@ -1,0 +1,130 @@
+"""ProxyCallback inside real optax training: the README's loop as written, a CallableLM beside the
+module it wraps, bad input, and the JSONL log surviving a torn line."""
+
+import os
+import re
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from experiments.bench.in_loop import training
+from lmprobe.checkpoints.resolve import resolve
+from lmprobe.errors import LmprobeError
+from lmprobe.integrations.in_loop import FILENAME, ProxyCallback, append_row, read_rows
+from lmprobe.methods.realtask import cut, start_tokens
+from lmprobe.models.callable_lm import CallableLM
+from lmprobe.models.llama import Llama, LlamaConfig
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DRAFT = "/tmp/readme/in_loop.md"  # the section before it is pasted into README.md
+
+
+def readme_loop() -> str:
+    """The README's in-loop example: the python block that builds a ProxyCallback."""
+    for path in (os.path.join(ROOT, "README.md"), DRAFT):
+        if os.path.exists(path):
+            blocks = re.findall(r"```python\n(.*?)```", open(path, encoding="utf-8").read(), re.S)
+            found = [b for b in blocks if "ProxyCallback(" in b]
+            if found:
+                return found[0]
+    pytest.fail(f"README.md has no python block with ProxyCallback: paste {DRAFT} into it")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return resolve("smollm2-135m").tokenizer()
+
+
+def tiny(tokenizer, hidden=32):
+    return Llama(LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=64, num_hidden_layers=2,
+                             num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=256,
+                             tie_word_embeddings=True), rngs=nnx.Rngs(0))
+
+
+def reference_heldout_loss(model, tokenizer, texts, max_chars) -> float:
+    """Nats per held-out token from the model's own forward pass, one text at a time (no engine)."""
+    start = start_tokens(tokenizer)
+    nll = tokens = 0.0
+    for text in texts:
+        ids = np.asarray(start + tokenizer(cut(text, max_chars), add_special_tokens=False)["input_ids"])
+        logp = jax.nn.log_softmax(model(ids[None], np.ones((1, len(ids)), np.int32)).logits[0, :-1], axis=-1)
+        picked = np.asarray(logp)[np.arange(len(ids) - 1), ids[1:]][len(start) - 1:]
+        nll, tokens = nll - picked.astype(np.float64).sum(), tokens + len(picked)
+    return nll / tokens
+
+
+def test_readme_training_loop(tmp_path, monkeypatch, capsys):
+    """The README's loop runs as printed; each call sees the latest weights, and never recompiles."""
+    monkeypatch.chdir(tmp_path)
+    scope = {}
+    exec(compile(readme_loop(), "README.md", "exec"), scope)
+    probe, model, tokenizer = scope["probe"], scope["model"], scope["tokenizer"]
+    rows = read_rows(str(tmp_path / "runs" / "in_loop" / FILENAME))
+    assert [r["step"] for r in rows] == [0, 5, 10]
+    assert rows[0]["traces"] > 0 and len({r["traces"] for r in rows}) == 1  # compiled once, on the first call
+    assert sum(probe.compilations.values()) == rows[0]["traces"]
+    losses = [r["heldout_loss"] for r in rows]
+    assert losses[0] > losses[1] > losses[2]  # training lowers the held-out loss the callback sees
+    for name in probe.methods:  # each proxy's numbers move with the weights
+        keys = [k for k in scope["metrics"] if k.startswith(name) and not k.endswith("_stderr")]
+        assert [rows[0][k] for k in keys] != [rows[-1][k] for k in keys], f"{name} did not move: {rows}"
+    assert {k: rows[-1][k] for k in scope["metrics"]} == pytest.approx(scope["metrics"])
+    ref = reference_heldout_loss(model, tokenizer, probe.heldout, probe.heldout_chars)
+    assert rows[-1]["heldout_loss"] == pytest.approx(ref, rel=1e-4)
+    assert capsys.readouterr().out.count("train loss") == 3
+
+
+def test_callable_lm_matches_module(tokenizer, tmp_path):
+    """A CallableLM of the same weights gives the module's numbers; later calls take its params."""
+    model = tiny(tokenizer)
+    graphdef, _ = nnx.split(model)
+
+    def apply(params, ids, mask):
+        out = nnx.merge(graphdef, params)(ids, mask)
+        return out.logits, out.last_hidden_state
+
+    settings = dict(methods=("heldout_loss", "byod_word_order"), examples=8, heldout_texts=8, batch_size=8)
+    by_module = ProxyCallback(tokenizer, tmp_path / "module", **settings)
+    by_callable = ProxyCallback(tokenizer, tmp_path / "callable", **settings)
+    train_step = training(model, 1e-2)
+    batches = np.random.default_rng(0).integers(3, 5000, size=(4, 4, 32))
+    seen, traces = [], []
+    for step in range(3):
+        params = nnx.to_pure_dict(nnx.state(model))
+        wrapped = by_callable(step, CallableLM(apply, params, max_length=256) if step == 0 else params)
+        traces.append(sum(by_callable.compilations.values()))
+        assert wrapped == pytest.approx(by_module(step, model), rel=1e-4, abs=1e-5)
+        seen.append(wrapped)
+        for batch in batches[2 * step:2 * step + 2] if step < 2 else []:
+            train_step(batch)
+    assert traces[0] == traces[-1] > 0
+    assert seen[0]["heldout_loss"] != seen[1]["heldout_loss"]
+    assert len(read_rows(str(tmp_path / "callable" / FILENAME))) == 3
+
+
+def test_bad_input(tokenizer, tmp_path):
+    """A first call without a model, a model of another shape later, a bad step or method: one clear error."""
+    with pytest.raises(LmprobeError, match="unknown method.*heldout_loss"):
+        ProxyCallback(tokenizer, methods=("perplexity",))
+    probe = ProxyCallback(tokenizer, tmp_path, methods=("heldout_loss",), heldout_texts=4)
+    model = tiny(tokenizer)
+    with pytest.raises(LmprobeError, match="first call needs the model itself"):
+        probe(0, nnx.state(model))
+    probe(0, model)
+    with pytest.raises(LmprobeError, match="update: .*(graph|leaf)"):
+        probe(1, tiny(tokenizer, hidden=48))
+    with pytest.raises(LmprobeError, match="not an integer"):
+        probe("last", model)
+    assert [r["step"] for r in read_rows(str(tmp_path / FILENAME))] == [0]
+
+
+def test_torn_line_keeps_earlier_rows(tmp_path):
+    """A crash mid-write leaves a partial last line: earlier rows stay whole and the next row starts afresh."""
+    path = str(tmp_path / FILENAME)
+    append_row(path, {"step": 0, "loss": 1.5})
+    with open(path, "ab") as f:
+        f.write(b'{"step": 1, "lo')  # the crash
+    append_row(path, {"step": 2, "loss": float("nan")})
+    assert read_rows(path) == [{"step": 0, "loss": 1.5}, {"step": 2, "loss": None}]
