@@ -209,8 +209,9 @@ def perplexity(scorer, texts: Sequence[str], *, max_chars: int = 1500, progress:
 
     Each non-empty text is cut (``cut``) to at most ``max_chars`` characters, tokenized without
     special tokens and scored after ``start_tokens``: every text token is predicted, none of the
-    start tokens. A text longer than the model's context is an error (lower max_chars), never
-    silently truncated. Reported: the total NLL (nats), per-token NLL and perplexity, and
+    start tokens. A text longer than the model's context is scored in windows of the context
+    (``windows``): each token is predicted once, after at least half a context of the text before
+    it, never truncated. Reported: the total NLL (nats), per-token NLL and perplexity, and
     bits per byte = total NLL / ln 2 / total UTF-8 bytes of the cut texts. Tokenizers differ
     across models, so per-token numbers do not compare models; bits per byte does (all models
     predict the same bytes)."""
@@ -221,18 +222,31 @@ def perplexity(scorer, texts: Sequence[str], *, max_chars: int = 1500, progress:
     tok = scorer.tokenizer
     start = start_tokens(tok)
     ids = [start + list(i) for i in tok(shown, add_special_tokens=False)["input_ids"]]
-    longest = max(range(len(ids)), key=lambda i: len(ids[i]))
-    if len(ids[longest]) > scorer.max_length:
-        raise LmprobeError(f"text {longest} has {len(ids[longest])} tokens after max_chars={max_chars}, more than the "
-                           f"model's context of {scorer.max_length}: lower max_chars")
-    chunks = range(0, len(ids), SCORE_CHUNK)
+    if scorer.max_length <= len(start) + 1:
+        raise LmprobeError(f"the model's context of {scorer.max_length} tokens leaves no room to predict a token")
+    pieces = [w for i in ids for w in windows(i, len(start), scorer.max_length)]
+    chunks = range(0, len(pieces), SCORE_CHUNK)
     nll = 0.0
     for s in progress(chunks, desc="perplexity", total=len(chunks)):
-        for lp in scorer.score(ids[s:s + SCORE_CHUNK]).token_logprobs:
-            nll -= float(np.sum(lp[len(start) - 1:], dtype=np.float64))  # the text's tokens only
+        part = pieces[s:s + SCORE_CHUNK]
+        for (_, first), lp in zip(part, scorer.score([w for w, _ in part]).token_logprobs):
+            nll -= float(np.sum(lp[first - 1:], dtype=np.float64))  # the tokens this window predicts
     tokens = sum(len(i) - len(start) for i in ids)
     n_bytes = sum(len(t.encode("utf-8")) for t in shown)
     return {"bits_per_byte": nll / math.log(2) / n_bytes, "perplexity": math.exp(nll / tokens),
             "nll_per_token": nll / tokens, "nll": nll, "tokens": tokens, "bytes": n_bytes, "texts": len(shown),
             "cut": sum(len(" ".join(t.split())) > max_chars for t in texts if t.strip()),
-            "max_chars": max_chars, "start_tokens": tok.convert_ids_to_tokens(start)}
+            "max_chars": max_chars, "windows": len(pieces), "start_tokens": tok.convert_ids_to_tokens(start)}
+
+
+def windows(ids: list[int], first: int, limit: int) -> list[tuple[list[int], int]]:
+    """``ids`` as (window, index of its first predicted token) pairs of at most ``limit`` tokens that
+    predict every token from ``first`` on exactly once: the whole sequence when it fits, else windows
+    that each predict the tokens after the last one's, with at least ``limit // 2`` tokens before them."""
+    out, context = [(ids[:limit], first)], limit - limit // 2
+    done = min(len(ids), limit)  # tokens predicted so far (from the start)
+    while done < len(ids):
+        lo = done - context
+        out.append((ids[lo:lo + limit], context))
+        done = min(len(ids), lo + limit)
+    return out

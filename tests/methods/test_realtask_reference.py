@@ -120,11 +120,25 @@ def test_zero_shot_picks_the_label_word_torch_scores_highest(pair):
     assert got["accuracy"] == pytest.approx(np.mean(np.asarray(expected) == data.labels))
 
 
-def test_texts_too_long_for_the_context_are_refused_not_truncated(pair, monkeypatch):
+def test_a_text_longer_than_the_context_is_scored_in_windows_each_token_once(pair, monkeypatch):
+    scorer, model, tok = pair
+    monkeypatch.setattr(scorer, "max_length", 6)
+    long = "w1 w2 w3 w4 w5 w6 w7 w8"  # <s> and 8 tokens: windows [0:6] (predicts 1-5) and [3:9] (6-8)
+    ids = [tok.bos_token_id, *tok(long, add_special_tokens=False)["input_ids"]]
+    assert realtask.windows(ids, 1, 6) == [(ids[:6], 1), (ids[3:9], 3)]
+    got = realtask.perplexity(scorer, [long], max_chars=1000)
+    nll = -(_torch_logprobs(model, ids[:6]).sum() + _torch_logprobs(model, ids[3:9])[2:].sum())
+    assert got["tokens"] == 8 and got["windows"] == 2
+    assert got["nll"] == pytest.approx(float(nll), rel=1e-4)
+    for n in range(1, 30):  # every token from the first predicted once, with half a window before it
+        seq, limit = list(range(n)), 8
+        predicted = [t for w, first in realtask.windows(seq, 1, limit) for t in w[first:]]
+        assert predicted == seq[1:] and all(len(w) <= limit for w, _ in realtask.windows(seq, 1, limit))
+
+
+def test_zero_shot_refuses_prompts_longer_than_the_context(pair, monkeypatch):
     scorer = pair[0]
     monkeypatch.setattr(scorer, "max_length", 6)
     long = "w1 w2 w3 w4 w5 w6 w7 w8"
-    with pytest.raises(LmprobeError, match="lower max_chars"):
-        realtask.perplexity(scorer, [long], max_chars=1000)
     with pytest.raises(LmprobeError, match="pass max_chars"):
         realtask.zero_shot(scorer, LabelledData([long], np.asarray([0]), ("w1", "w2"), "t"), template="{text}")
