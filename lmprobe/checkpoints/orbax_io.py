@@ -14,6 +14,8 @@ is never listed. ``lmprobe.checkpoints.load`` (and ``Scorer.load``) take a step 
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 import os
 import re
@@ -123,7 +125,7 @@ def restore(step: OrbaxStep, abstract_state: nnx.State, place=None) -> nnx.State
     # one array in flight at a time (orbax's default: 96 GB), so that the host holds little beside the model
     largest = max(math.prod(a.shape) * np.dtype(a.dtype).itemsize for a in jax.tree.leaves(target))
     handler = ocp.StandardCheckpointHandler(restore_concurrent_gb=(largest + (1 << 20)) / 1e9)
-    with ocp.Checkpointer(handler) as checkpointer:
+    with ocp.Checkpointer(handler) as checkpointer, _quiet_absl():  # an item has no _CHECKPOINT_METADATA of its own
         _check_shapes(checkpointer.metadata(where).item_metadata.tree, target, where)
         restored = checkpointer.restore(where, args=ocp.args.StandardRestore(target))
     for key, var in flat:
@@ -132,6 +134,18 @@ def restore(step: OrbaxStep, abstract_state: nnx.State, place=None) -> nnx.State
             node = node[part]
         var.set_value(node)
     return abstract_state
+
+
+@contextlib.contextmanager
+def _quiet_absl():
+    """absl's warnings (orbax's "Metadata file does not exist" for an item read on its own) kept off stderr."""
+    logger = logging.getLogger("absl")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _check_shapes(saved: dict, target: dict, where: str, prefix: str = "") -> None:
