@@ -8,8 +8,21 @@ import json
 
 import pytest
 
-from experiments import (byod, cli, flags, mstemp, plan, scope, smoke, sweep, synbench, syntextbench, throughput, train,
-                         validate)
+from experiments import (
+    byod,
+    cli,
+    flags,
+    mstemp,
+    plan,
+    scope,
+    smoke,
+    sweep,
+    synbench,
+    syntextbench,
+    throughput,
+    train,
+    validate,
+)
 from lmprobe.methods import byod as byod_method
 from lmprobe.methods import mstemp as mstemp_method
 from lmprobe.methods import synbench as synbench_method

@@ -18,18 +18,16 @@ from lmprobe.models.callable_lm import CallableLM
 from lmprobe.models.llama import Llama, LlamaConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DRAFT = "/tmp/readme/in_loop.md"  # the section before it is pasted into README.md
 
 
 def readme_loop() -> str:
     """The README's in-loop example: the python block that builds a ProxyCallback."""
-    for path in (os.path.join(ROOT, "README.md"), DRAFT):
-        if os.path.exists(path):
-            blocks = re.findall(r"```python\n(.*?)```", open(path, encoding="utf-8").read(), re.S)
-            found = [b for b in blocks if "ProxyCallback(" in b]
-            if found:
-                return found[0]
-    pytest.fail(f"README.md has no python block with ProxyCallback: paste {DRAFT} into it")
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
+    found = [b for b in blocks if "ProxyCallback(" in b]
+    if not found:
+        pytest.fail("README.md has no python block with ProxyCallback (section 'Proxies inside a training loop')")
+    return found[0]
 
 
 @pytest.fixture(scope="module")
