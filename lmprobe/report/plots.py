@@ -279,6 +279,13 @@ def against_step(steps: Sequence[int], values: Sequence, path, *, name: str, low
     ax.plot(x[ok], y[ok], "o-", ms=4, label=name)
     ax.set(xlabel="training step", ylabel=f"{name} (lower is better)" if lower_is_better else name,
            title=f"{name} across checkpoints")
+    positive = x[x > 0]
+    if len(positive) and positive.max() > 8 * positive.min():  # log-spaced checkpoints: a log axis, step 0 kept
+        ax.set_xscale("symlog", linthresh=positive.min())
+        if len(x) <= 12:  # the checkpoints' own steps as ticks
+            ax.set_xticks(x, [f"{int(s):,}" for s in x], fontsize=7)
+            ax.minorticks_off()
+        ax.set_xlabel("training step (log scale above the first step)")
     ax.grid(alpha=0.3, lw=0.5)
     ax.legend(loc="best")
     save_figure(fig, path)
