@@ -19,6 +19,7 @@ from lmprobe.data.sentence_stats import length_histogram  # noqa: E402
 from lmprobe.engine.runtime import is_main  # noqa: E402
 from lmprobe.errors import LmprobeError  # noqa: E402
 from lmprobe.report import artifacts  # noqa: E402
+from lmprobe.report.coefficients import per_model  # noqa: E402
 from lmprobe.report.correlation import MIN_MODELS, correlation_table  # noqa: E402
 
 # Font sizes in points at the saved size (figures are saved unscaled): nothing smaller than MIN_FONT.
@@ -139,13 +140,7 @@ def short_model_name(model: str) -> str:
 
 
 def _panel_values(values, name: str, n: int) -> np.ndarray:
-    try:
-        array = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
-    except (TypeError, ValueError) as error:
-        raise LmprobeError(f"{name!r} could not be read as one number (or None) per model: {error}") from error
-    if array.shape != (n,):
-        raise LmprobeError(f"{name!r} has shape {array.shape} but there are {n} models: pass one value per "
-                           "model, in the order of `models` (None where it does not apply)")
+    array = per_model(values, n, repr(name))
     array[~np.isfinite(array)] = np.nan
     return array
 
@@ -162,7 +157,7 @@ def _panel_title(row: dict) -> str:
 @styled
 def scatter_grid(proxies: Mapping[str, Sequence], tasks: Mapping[str, Sequence], models: Sequence[str],
                  groups: Sequence[str] | None, path, *, lower_is_better: set[str] | frozenset[str] = frozenset(),
-                 labels: Sequence[str] | None = None,
+                 labels: Sequence[str] | None = None, stderr: Mapping[str, Sequence] | None = None,
                  title: str = "label-free proxies against real tasks") -> list[dict]:
     """One scatter panel per (proxy, task): proxies as rows (y axis), tasks as columns (x axis).
 
@@ -173,7 +168,9 @@ def scatter_grid(proxies: Mapping[str, Sequence], tasks: Mapping[str, Sequence],
     ``lower_is_better`` gets "(lower is better)" on its axis. Panel titles: Spearman rho and
     Kendall tau over the models with both values, signed as in ``correlation_table`` (a
     lower-is-better side negated: positive = the proxy orders the models as the task does).
-    Returns ``correlation_table``'s rows (estimates only, no intervals), one per panel.
+    ``stderr``: name (proxy or task) -> one standard error per model (None where unknown), drawn
+    as +-1.96 standard-error bars on that axis. Returns ``correlation_table``'s rows (estimates
+    only, no intervals), one per panel.
     """
     names = [str(m) for m in models]
     n = len(names)
@@ -185,6 +182,8 @@ def scatter_grid(proxies: Mapping[str, Sequence], tasks: Mapping[str, Sequence],
         raise LmprobeError(f"{len(proxies)} proxies and {len(tasks)} tasks: nothing to plot")
     proxy_values = {name: _panel_values(v, name, n) for name, v in proxies.items()}
     task_values = {name: _panel_values(v, name, n) for name, v in tasks.items()}
+    errors = {name: 1.959964 * _panel_values(v, f"stderr of {name}", n) for name, v in (stderr or {}).items()
+              if name in proxies or name in tasks}
     lower = frozenset(lower_is_better)
     rows = correlation_table(proxy_values, task_values, lower_is_better=lower, n_resamples=0)
     order = list(dict.fromkeys(groups))
@@ -204,6 +203,10 @@ def scatter_grid(proxies: Mapping[str, Sequence], tasks: Mapping[str, Sequence],
                 pick = both & (group_of == g)
                 if pick.any():
                     ax.scatter(t[pick], p[pick], s=16, color=colours[g], zorder=2)
+                    xerr, yerr = (errors[name][pick] if name in errors else None for name in (task, proxy))
+                    if xerr is not None or yerr is not None:
+                        ax.errorbar(t[pick], p[pick], xerr=xerr, yerr=yerr, fmt="none", ecolor=colours[g],
+                                    elinewidth=0.8, alpha=0.6, zorder=1)
             for k in np.flatnonzero(both):
                 ax.annotate(labels[k], (t[k], p[k]), xytext=(3, 2), textcoords="offset points",
                             color=colours[groups[k]])

@@ -16,19 +16,24 @@ from scipy import stats
 
 from lmprobe.errors import LmprobeError
 from lmprobe.report.correlation import (
+    FALLS,
     LOWER_IS_BETTER,
+    RISES,
     STATISTICS,
     average_ranks,
     bootstrap_interval,
     correlation_table,
     kendall,
+    ladder_table,
     metric_correlation,
     over_runs,
     pearson,
     rank_models,
     robustness_accuracy_correlation,
     spearman,
+    two_level_interval,
 )
+from lmprobe.report.significance import critical_value, permutation_p, resolved_pairs, skipped_pearson
 from tests.report import paper_tables as P
 
 PRINTED = 0.0015  # three printed decimals, plus float slack
@@ -216,6 +221,50 @@ def test_degenerate_resamples_are_skipped_counted_and_flagged():
     assert (skipped.n_resamples, skipped.n_skipped) == (0, 100)
 
 
+def test_two_level_interval_without_errors_is_the_bootstrap_and_widens_with_them():
+    x, y = noisy_ladder(8, 0.5, seed=2)
+    plain = bootstrap_interval(x, y, "spearman", seed=3)
+    fixed = two_level_interval(x, y, None, [0.0] * 8, "spearman", seed=3)
+    assert (fixed.estimate, fixed.low, fixed.high, fixed.n_skipped) == (plain.estimate, plain.low, plain.high,
+                                                                         plain.n_skipped)
+    assert fixed.noise_only.low == fixed.noise_only.high == pytest.approx(plain.estimate)
+    spread = np.ptp(np.concatenate([x, y]))
+    small = two_level_interval(x, y, [1e-6 * spread] * 8, [1e-6 * spread] * 8, seed=3)
+    assert small.noise_only.low == small.noise_only.high == pytest.approx(plain.estimate)  # ranks unchanged
+    noisy = two_level_interval(x, y, [0.5 * spread] * 8, [None] + [0.5 * spread] * 7, seed=3)
+    assert noisy.high - noisy.low > plain.high - plain.low
+    assert noisy.noise_only.high - noisy.noise_only.low > 0.5  # noise that large leaves the ranking unresolved
+    assert two_level_interval(x, y, [0.5 * spread] * 8, None, "kendall", seed=3) == \
+        two_level_interval(x, y, [0.5 * spread] * 8, None, kendall, seed=3)
+
+
+def test_two_level_interval_draws_values_from_their_standard_errors():
+    # one model's value is uncertain enough to swap with its neighbour half of the time
+    x = np.array([0.0, 1.0, 2.0, 3.0, 4.0])
+    y = x.copy()
+    errors = [0.0, 0.0, 0.0, 0.0, 0.0]
+    assert two_level_interval(x, y, errors, errors, n_resamples=200).noise_only.low == pytest.approx(1.0)
+    # P(x_4 < 3) = P(Z < -0.6745) = 0.25 (rho <= 0.9), P(x_4 < 2) = P(Z < -1.35) = 0.09 (rho <= 0.7)
+    errors[4] = 1.0 / 0.6745
+    draws = two_level_interval(x, y, errors, None, n_resamples=4000, level=0.6, seed=1).noise_only
+    assert (draws.low, draws.high) == pytest.approx((0.9, 1.0))  # the 0.2 quantile: a swap with model 3
+    assert two_level_interval(x, y, errors, None, n_resamples=4000, level=0.4, seed=1).noise_only.low == 1.0
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda: two_level_interval([1.0, 2.0, 3.0], [1.0, 3.0, 2.0], [0.1, 0.1], None), ["x_stderr has shape (2,)"]),
+    (lambda: two_level_interval([1.0, 2.0, 3.0], [1.0, 3.0, 2.0], None, [0.1, np.inf, 0.1]),
+     ["y_stderr has negative or infinite", "[1]"]),
+    (lambda: two_level_interval([1.0, 2.0, 3.0], [1.0, 3.0, 2.0], None, None, "tau"), ["statistic='tau'"]),
+    (lambda: ladder_table({"l": ([0, 1, 2], "up")}, {}), ["direction 'up'", "'falls'"]),
+])
+def test_bad_uncertainty_and_ladder_input_gets_one_clear_error(call, words):
+    with pytest.raises(LmprobeError) as error:
+        call()
+    for word in words:
+        assert word in str(error.value)
+
+
 # ---------------------------------------------------------------- correlation_table
 
 
@@ -249,8 +298,8 @@ def test_correlation_table_sign_convention_positive_means_same_ordering():
     assert row["pearson"]["estimate"] == pytest.approx(pearson(proxies["byod_sensitivity"], tasks["bits_per_byte"]))
     # without the convention the lower-is-better pairs come out negative
     raw = correlation_table(proxies, tasks, n_resamples=0)
-    assert row_for(raw, "syntextbench", "bits_per_byte")["spearman"] == {"estimate": pytest.approx(-1.0),
-                                                                         "low": None, "high": None}
+    spearman_raw = row_for(raw, "syntextbench", "bits_per_byte")["spearman"]
+    assert (spearman_raw["estimate"], spearman_raw["low"], spearman_raw["high"]) == (pytest.approx(-1.0), None, None)
     assert row_for(raw, "byod_sensitivity", "accuracy")["kendall"]["estimate"] == pytest.approx(-1.0)
 
 
@@ -262,11 +311,16 @@ def test_correlation_table_uses_the_models_with_both_values():
     keep = [0, 3, 5, 6]
     x = np.array(proxy, dtype=float)[keep]
     y = -np.array(task, dtype=float)[keep]
-    assert (row["n"], row["n_models"], row["note"]) == (4, 8, None)
+    assert (row["n"], row["n_models"], row["models"]) == (4, 8, keep)
+    assert row["note"] == "n = 4: no ordering reaches p < 0.05; smallest p = 0.083"
+    assert (row["reachable"], row["critical_spearman"], row["min_p"]) == (False, None, pytest.approx(2 / 24))
     for name, function in (("pearson", pearson), ("spearman", spearman), ("kendall", kendall)):
         interval = bootstrap_interval(x, y, function, seed=7)
-        assert row[name] == pytest.approx({"estimate": function(x, y), "low": interval.low, "high": interval.high})
+        assert (row[name]["estimate"], row[name]["low"], row[name]["high"]) == pytest.approx(
+            (function(x, y), interval.low, interval.high))
         assert (row["n_resamples"], row["n_skipped"]) == (interval.n_resamples, interval.n_skipped)
+        assert row[name]["p"] == permutation_p(x, y, name)["p"]
+    assert row["p_method"] == "exact"
 
 
 def test_correlation_table_notes_instead_of_raising():
@@ -279,7 +333,7 @@ def test_correlation_table_notes_instead_of_raising():
 
     def check(proxy, task, *words):
         row = row_for(rows, proxy, task)
-        assert all(row[name] == {"estimate": None, "low": None, "high": None} for name in STATISTICS), row
+        assert all(value is None for name in STATISTICS for value in row[name].values()), row
         for word in words:
             assert word in row["note"], row["note"]
         return row
@@ -295,6 +349,82 @@ def test_correlation_table_notes_instead_of_raising():
     assert degenerate["degenerate"] and degenerate["kendall"]["estimate"] is not None
     assert "resamples had a constant side" in degenerate["note"]
     assert degenerate["n_skipped"] > degenerate["n_resamples"]
+
+
+def test_correlation_table_exact_p_robust_pearson_outliers_and_noise():
+    # 7 decoders: bits per byte with one destroyed model (index 6); model 2 has no proxy value
+    bpb = [1.1, 1.3, 1.2, 1.6, 1.4, 1.5, 6.5, 1.25]
+    proxy = [0.30, 0.28, None, 0.31, 0.27, 0.33, 0.05, 0.29]
+    proxy_se = [0.01, 0.01, None, 0.01, 0.01, 0.01, 0.01, None]
+    bpb_se = [0.02] * 8
+    (row,) = correlation_table({"proxy": proxy}, {"bpb": bpb}, lower_is_better={"bpb"}, n_resamples=500,
+                               stderr={"proxy": proxy_se, "bpb": bpb_se, "unused": [1]})
+    used = [0, 1, 3, 4, 5, 6, 7]
+    x = np.array([proxy[i] for i in used])
+    y = -np.array([bpb[i] for i in used])
+    assert (row["n"], row["models"], row["note"]) == (7, used, None)
+    assert row["reachable"] and row["critical_spearman"] == pytest.approx(critical_value(7))
+    for name in ("spearman", "kendall", "pearson"):
+        assert row[name]["p"] == permutation_p(x, y, name)["p"]
+    assert row["pearson"]["estimate"] > 0.95  # driven by the destroyed model
+    robust = skipped_pearson(x, y)
+    assert row["pearson_robust"] == {"estimate": pytest.approx(robust["estimate"]), "removed": [6],
+                                     "leave_one_out": pytest.approx(robust["leave_one_out"])}
+    assert row["pearson_robust"]["estimate"] < 0.7
+    assert row["outliers"] == {"proxy": [6], "task": [6]}
+    noisy = two_level_interval(x, y, [proxy_se[i] for i in used], [bpb_se[i] for i in used], n_resamples=500)
+    assert (row["spearman"]["low_with_noise"], row["spearman"]["high_with_noise"]) == (noisy.low, noisy.high)
+    assert row["spearman"]["noise_only"] == [noisy.noise_only.low, noisy.noise_only.high]
+    task_pairs = resolved_pairs(y, [bpb_se[i] for i in used])
+    assert row["resolved"]["task"]["resolved"] == [(used[i], used[j]) for i, j in task_pairs["resolved"]]
+    assert row["resolved"]["task"]["n_resolved"] == task_pairs["n_resolved"] < 21  # 1.25 vs 1.2, 1.3 unresolved
+    assert (0, 1) in row["resolved"]["proxy"]["unresolved"] and (1, 7) in row["resolved"]["proxy"]["unknown"]
+    # without stderr, or with a side's errors unusable, the rest of the row stands
+    (plain,) = correlation_table({"proxy": proxy}, {"bpb": bpb}, lower_is_better={"bpb"}, n_resamples=500)
+    assert plain["resolved"] is None and plain["spearman"]["low_with_noise"] is None
+    assert plain["spearman"]["p"] == row["spearman"]["p"]
+    (bad,) = correlation_table({"proxy": proxy}, {"bpb": bpb}, lower_is_better={"bpb"}, n_resamples=0,
+                               stderr={"proxy": [0.1, 0.2], "bpb": bpb_se})
+    assert "standard errors not used: stderr of 'proxy' has shape (2,)" in bad["note"]
+    assert bad["resolved"]["proxy"] is None and bad["resolved"]["task"]["n_pairs"] == 21
+    assert bad["spearman"]["estimate"] == row["spearman"]["estimate"] and bad["spearman"]["low_with_noise"] is None
+
+
+# ---------------------------------------------------------------- ladder_table
+
+
+def test_ladder_table_signs_trends_so_that_positive_follows_quality():
+    # a noise ladder of models 1, 3, 0, 4 (in that order; model 2 is another base model)
+    values = {"accuracy": [0.60, 0.80, 0.10, 0.70, 0.50],  # falls with noise: follows
+              "bpb": [1.6, 1.1, 9.0, 1.3, 2.0],  # lower is better, rises with noise: follows
+              "probe": [0.40, 0.20, 0.90, 0.30, 0.50],  # higher is better but rises with noise: against
+              "partial": [0.5, 0.9, 0.1, None, 0.2],  # 3 of the ladder's models, falls
+              "flat": [0.5] * 5}
+    ladders = {"m @noise": ([1, 3, 0, 4], FALLS), "run": {"indices": [4, 0, 3, 1], "direction": RISES}}
+    rows = ladder_table(ladders, values, lower_is_better={"bpb"},
+                        stderr={"accuracy": [0.02, 0.02, 0.02, 0.08, 0.02]})
+    assert [(r["ladder"], r["name"]) for r in rows] == [(ladder, name) for ladder in ladders for name in values]
+    by = {(r["ladder"], r["name"]): r for r in rows}
+    for name in ("accuracy", "bpb"):
+        row = by["m @noise", name]
+        assert (row["tau"], row["monotone"], row["follows"], row["n"]) == (pytest.approx(1.0), 1, True, 4)
+        assert row["p"] == pytest.approx(2 / 24) and row["p_method"] == "exact" and not row["reachable"]
+        assert row["note"] == "n = 4: no ordering reaches p < 0.05; smallest p = 0.083"
+        assert by["run", name]["tau"] == pytest.approx(1.0)  # the same order reversed, quality rising
+    probe = by["m @noise", "probe"]
+    assert (probe["tau"], probe["monotone"], probe["follows"]) == (pytest.approx(-1.0), -1, False)
+    partial = by["m @noise", "partial"]
+    assert (partial["n"], partial["models"], partial["tau"]) == (3, [1, 0, 4], pytest.approx(1.0))
+    assert by["m @noise", "flat"]["tau"] is None and "constant" in by["m @noise", "flat"]["note"]
+    # adjacent steps: 0.80 -> 0.70 (se 0.02, 0.08) unresolved, 0.70 -> 0.60 unresolved, 0.60 -> 0.50 resolved
+    steps = by["m @noise", "accuracy"]["resolved_steps"]
+    assert steps["resolved"] == [(0, 4)] and steps["unresolved"] == [(1, 3), (3, 0)]
+    assert (steps["n_resolved"], steps["n_steps"]) == (1, 3)
+    assert by["m @noise", "bpb"]["resolved_steps"] is None
+    short = ladder_table({"two": ([0, 1], FALLS)}, {"accuracy": values["accuracy"]})
+    assert short[0]["tau"] is None and "a trend needs 3" in short[0]["note"]
+    broken = ladder_table({"l": ([0, 1, 7], FALLS)}, {"accuracy": values["accuracy"]})
+    assert broken[0]["tau"] is None and "could not be read" in broken[0]["note"]
 
 
 # ---------------------------------------------------------------- the paper's tables
