@@ -5,11 +5,16 @@
     lmprobe synbench --model=google/vit-base-patch16-224 --dtype=bfloat16 --scales=reference --eps=0,0.4
     lmprobe synbench --model=random_projection --robust_probe [--probe_attack=input|representation
                      --probe_scale=1 --probe_a_t=0.7] [--baselines --baseline_scale=1]
+    lmprobe synbench --model=all-MiniLM-L6-v2 --n=7680 [--inputs=embedding|rms --layer=-1 --input_scales=0.5,1,2]
 
 NAME is ``identity`` (the sanity baseline, score about 1), ``random_projection``, a JAX function
 ``package.module:function`` mapping inputs [B, *input_shape] to [B, ...], a ViT checkpoint
 (model_type "vit": [CLS] of pixel inputs), or a language model (Gaussian input embeddings of
---seq_len tokens through Scorer.embed_inputs). Writes OUTPUT_DIR/results.json and
+--seq_len tokens through Scorer.embed_inputs: by default drawn with the mean and covariance of its
+token embeddings, --inputs=rms for the older RMS scaling; the probes' pooling and --layer). At
+eps = 0 the bias-corrected score (unbiased Mahalanobis distance) is printed beside the plug-in
+one; both drift with width / n, so compare models at one n / width (e.g. 20).
+--input_scales runs one score per factor on the inputs (OUTPUT_DIR/scale-<c>/). Writes OUTPUT_DIR/results.json and
 OUTPUT_DIR/bound_threshold.png (the paper's Fig. 3); representations are cached in
 OUTPUT_DIR/cache, so a rerun resumes.
 
@@ -59,8 +64,10 @@ class FrontEnd:
     projection_dim: int = synbench_models.PROJECTION_DIM  # output width of random_projection
     seq_len: int = synbench.DEFAULT_SEQ_LEN  # tokens per Gaussian input (LMs)
     pooling: str | None = None  # LMs: mean, cls, last, first_last_avg (none: last for decoders, mean for encoders)
-    layer: int = -1  # LMs: hidden layer to pool
-    input_scale: float | None = None  # LMs: factor on the Gaussian inputs (none: RMS of the model's token embeddings)
+    layer: int = -1  # LMs: hidden layer to pool (-1: the last, as the real-task probes)
+    inputs: str = "embedding"  # LMs: embedding (token embeddings' mean and covariance) or rms (RMS-scaled, signed)
+    input_scale: float | None = None  # LMs: factor on the Gaussian inputs (none: 1 for embedding, the RMS for rms)
+    input_scales: tuple[float, ...] = ()  # LMs: a sweep, one run per factor in OUTPUT_DIR/scale-<factor>
     output_dir: str = "runs/synbench"  # results.json, bound_threshold.png and the representation cache
 
 
@@ -68,7 +75,9 @@ def build_parser():
     p = cli.parser(__doc__, "synbench")
     cli.front_end(p, FrontEnd, convert={"input_shape": _dims, "projection_dim": flags.bounded(1),
                                         "seq_len": flags.bounded(1),
-                                        "input_scale": flags.bounded(0, base=float, strict=True)})
+                                        "input_scale": flags.bounded(0, base=float, strict=True),
+                                        "input_scales": flags.bounded(0, base=float, strict=True)},
+                 choices={"inputs": synbench.INPUTS})
     method = cli.method(p, synbench.Config, aliases={"epsilons": "--eps"}, names={"batch_size": "sample_batch_size"},
                         convert={"scales": _scale, "norm": _norm, "batch_size": flags.bounded(1)},
                         choices={"covariance": gaussian.COVARIANCES, "probe_attack": robust_probe.ATTACKS})
@@ -79,16 +88,25 @@ def build_parser():
     return p, method
 
 
-def load_representation(args, run: cli.Run) -> synbench.Representation:
+def load_representation(args, run: cli.Run, input_scale: float | None = None,
+                        scorers: dict | None = None) -> synbench.Representation:
     """--model's representation (synbench_models.load_representation), its models loaded as the
-    shared flags describe them and recorded in ``run``."""
+    shared flags describe them and recorded in ``run`` (``input_scale``: instead of --input_scale;
+    ``scorers``: language models loaded before, by name, reused and added to)."""
+    scorers = {} if scorers is None else scorers
+
+    def scorer(name):
+        if name not in scorers:
+            scorers[name] = run.loaded(name, load_scorer(args, name))
+        return scorers[name]
+
     rep = synbench_models.load_representation(
-        args.model, load_scorer=lambda name: run.loaded(name, load_scorer(args, name)),
+        args.model, load_scorer=scorer,
         load_checkpoint=lambda name: cli.load_checkpoint(args, name, tokenizer=False), dtype=cli.dtype(args),
         seed=args.seed, batch_size=args.batch_size, input_shape=args.input_shape, channel_axis=args.channel_axis,
         projection_dim=args.projection_dim, seq_len=args.seq_len, pooling=args.pooling, layer=args.layer,
-        input_scale=args.input_scale, offline=cli.offline(args), revision=args.revision,
-        allow_pickle=args.allow_pickle)
+        inputs=args.inputs, input_scale=input_scale or args.input_scale, offline=cli.offline(args),
+        revision=args.revision, allow_pickle=args.allow_pickle)
     if rep.checkpoint is not None:
         run.checkpoints.append(rep.checkpoint)
     return rep
@@ -97,11 +115,18 @@ def load_representation(args, run: cli.Run) -> synbench.Representation:
 def summary(result: dict) -> str:
     eps = result["config"]["epsilons"]
     table = {(r["a_t"], r["eps"]): r["score"] for r in result["scores"]}
+    fixed = {r["a_t"]: r["score_corrected"] for r in result["scores"] if "score_corrected" in r}
     rep = result["representation"]
-    rows = [f"{'a_t':>5} " + " ".join(f"{'eps=' + format(e, 'g'):>9}" for e in eps) + f" {'argmax eps':>11}"]
+    rows = [f"{'a_t':>5} " + " ".join(f"{'eps=' + format(e, 'g'):>9}" for e in eps) + f" {'argmax eps':>11}"
+            + (f" {'eps=0 corrected':>16}" if fixed else "")]
     for a in result["config"]["a_t"]:
+        corrected = "" if not fixed else f" {'n/a' if fixed[a] is None else format(fixed[a], '.3f'):>16}"
         rows.append(f"{a:>5.2f} " + " ".join(f"{table[(a, e)]:>9.3f}" for e in eps)
-                    + f" {result['argmax_eps'][str(a)]:>11g}")
+                    + f" {result['argmax_eps'][str(a)]:>11g}" + corrected)
+    about = rep.get("corrected")
+    if about:
+        rows.append(f"corrected: unbiased Mahalanobis distance over {about['samples']} samples, k = {about['k']}"
+                    + (f"; undefined: {about['reason']}" if about["reason"] else ""))
     took = timings(result["timings_s"], result.get("cached_stages"))
     cfg = result["config"]
     title = (f"== {result['model']}: SynBench-Score (representation dim {rep['dim']}, input "
@@ -144,13 +169,16 @@ def main(argv=None):
     config = method.make(args)
     config.check()  # bad settings fail before any model loads
     out = output_dir(args.output_dir)  # so does a directory we cannot write
-    rep = load_representation(args, run)
-    result = synbench.run(rep, config, cache_dir=join(out, "cache"), progress=progress).to_json()
-    result["argmax_eps"] = {str(a): robust_probe.suggest_epsilon(result["scores"], a) for a in config.a_t}
-    run.write(join(out, "results.json"), result)
-    plots.synbench_bound_threshold(result, join(out, "bound_threshold.png"))
-    say(summary(result))
-    say(f"\nresults in {out}")
+    scorers = {}
+    for scale in args.input_scales or (None,):
+        where = out if scale is None else output_dir(join(out, f"scale-{scale:g}"))
+        rep = load_representation(args, run, scale, scorers)
+        result = synbench.run(rep, config, cache_dir=join(out, "cache"), progress=progress).to_json()
+        result["argmax_eps"] = {str(a): robust_probe.suggest_epsilon(result["scores"], a) for a in config.a_t}
+        run.write(join(where, "results.json"), result)
+        plots.synbench_bound_threshold(result, join(where, "bound_threshold.png"))
+        say(summary(result))
+        say(f"\nresults in {where}")
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
     python -m experiments.bench.synbench [--scales=49 --n=2048 --dim=768 --reference_budget=120
                                           --models=smollm2-135m,minilm-l6 --rep_samples=256]
+    python -m experiments.bench.synbench --finite_sample [--widths=64,256,1024 --known_widths=384,768
+                                          --n=2048 --fraction=0.074 --a_t=0.7 --grid=paper|0.2,0.4,...]
 
 1. Metric side (everything but the model's forward passes) for 49 scales x 5 epsilons x 2048
    test samples at representation size 768: raw reference, class moments, eigendecompositions,
@@ -13,6 +15,11 @@
    seconds; the time of the full 245 is then an EXTRAPOLATION from the mean per solve, labelled so.
 3. Representations per second of language models fed Gaussian input embeddings
    (Scorer.embed_inputs, --seq_len tokens), after one warm-up batch.
+
+--finite_sample instead: SynBench's finite-sample bias at eps = 0. The identity (true score 1) at
+each of --widths, and signal_fraction_representation (true score from its population distance,
+``synbench.population_scores``) at each of --known_widths, through the whole pipeline (Gaussian
+samples, --n per split): plug-in and bias-corrected score beside the truth, and seconds.
 """
 
 from __future__ import annotations
@@ -101,6 +108,29 @@ def representations_per_second(name: str, samples: int, seq_len: int, batch_size
     return samples / (time.perf_counter() - start)
 
 
+def finite_sample(args) -> None:
+    grid = gaussian.PAPER_SCALES if args.grid == "paper" else tuple(float(v) for v in args.grid.split(","))
+    config = synbench.Config(n=args.n, a_t=(args.a_t,), epsilons=(0.0,), scales=grid, batch_size=512)
+    known = synbench.population_scores(np.sqrt(args.fraction) * np.asarray(grid), config)[0]
+    print(f"\nSynBench at eps = 0, a_t = {args.a_t}, n = {args.n} per split, {len(grid)} scales "
+          f"({grid[0]:g} .. {grid[-1]:g})")
+    print(f"{'representation':<32} {'width':>6} {'true':>6} {'plug-in':>8} {'corrected':>10} {'seconds':>8}")
+    cases = [(w, "identity", 1.0) for w in _ints(args.widths)]
+    cases += [(w, f"signal fraction {args.fraction:g}", known) for w in _ints(args.known_widths)]
+    for width, label, truth in cases:
+        start = time.perf_counter()
+        rep = (synbench.identity_representation((width,), batch_size=512) if label == "identity" else
+               synbench.signal_fraction_representation(width, args.fraction, batch_size=512))
+        row = synbench.run(rep, config).scores[0]
+        fixed = "n/a" if row["score_corrected"] is None else f"{row['score_corrected']:.3f}"
+        print(f"{label:<32} {width:>6} {truth:>6.3f} {row['score']:>8.3f} {fixed:>10} "
+              f"{time.perf_counter() - start:>8.1f}", flush=True)
+
+
+def _ints(text: str) -> list[int]:
+    return [int(v) for v in text.split(",") if v]
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m experiments.bench.synbench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -112,7 +142,15 @@ def main(argv=None):
     p.add_argument("--rep_samples", type=int, default=256)
     p.add_argument("--seq_len", type=int, default=synbench.DEFAULT_SEQ_LEN)
     p.add_argument("--batch_size", type=int, default=64)
+    p.add_argument("--finite_sample", action="store_true", help="only the finite-sample bias table (docstring)")
+    p.add_argument("--widths", default="64,256,1024", help="--finite_sample: identity widths")
+    p.add_argument("--known_widths", default="384,768", help="--finite_sample: signal-fraction widths")
+    p.add_argument("--fraction", type=float, default=0.074, help="--finite_sample: signal kept (true score 0.40)")
+    p.add_argument("--a_t", type=float, default=0.7)
+    p.add_argument("--grid", default="paper", help="--finite_sample: paper (0.1 .. 5) or comma-separated scales")
     args = p.parse_args(argv)
+    if args.finite_sample:
+        return finite_sample(args)
 
     scales = tuple(round(0.1 * i, 1) for i in range(1, args.scales + 1))
     config = synbench.Config(scales=scales, n=args.n, epsilons=EPSILONS)

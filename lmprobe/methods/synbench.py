@@ -23,9 +23,11 @@ Conventions (* marks a choice the paper leaves open):
 * Eigenvalues of the pooled covariance are kept above a relative cut (numpy.matrix_rank's
   d * eps_f32 * lambda_max), not the public code's absolute 1e-6, so units do not matter.
 * Finite samples: the representations' classifier is fitted on n samples (the raw reference is
-  exact), so the score is biased against wide representations. With n <= width it is 0 for any
-  model; the identity, 1 in the limit, scores 0.77 at width 384 and 0.25 at width 3072 with the
-  paper's n = 2048 (a_t 0.7, eps 0, scales 0.2..3). Compare models of similar width, or raise n.
+  exact), so the plug-in score is biased against wide representations: with n <= width it is 0
+  for any model, and the identity, 1 in the limit, falls with width / n. Beside it, at eps = 0,
+  ``score_corrected`` (``corrected_summary``): the same integration with the accuracy and
+  expected bound of the Bayes classifier at the unbiased squared Mahalanobis distance, defined
+  while n1 + n2 - k - 3 > 0 (``n_for_width`` gives n for a ratio n / width).
 * Representations wider than the training split (e.g. the identity on image inputs) are
   first projected onto the span of the within-class-centred training rows, the support of the
   pooled covariance (App. C Remark): the same classifier, without a d x d array.
@@ -64,15 +66,21 @@ import kernels
 from lmprobe.data import gaussian
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import Ticker, loss_data, model_key, no_progress, robust_probe
+from lmprobe.methods.realtask import default_pooling
 from lmprobe.report.artifacts import Stages, cache_key, cached, cached_json, join
 
 PAPER_EPSILONS = (0.0, 0.2, 0.4, 0.6, 0.8)
 PAPER_THRESHOLDS = (0.6, 0.7, 0.75, 0.8, 0.85, 0.9)  # Tables 3, 5, 7, 8
 NORMS = (1.0, 2.0, math.inf)
 DEFAULT_SEQ_LEN = 8  # tokens per Gaussian "sentence" fed to a language model (* not in the paper)
+INPUTS = ("embedding", "rms")  # a language model's Gaussian inputs (scorer_representation)
+EMBEDDING_SAMPLE = 32768  # token ids whose embeddings give the inputs' mean and covariance
+DEFAULT_INPUT_SCALES = (0.25, 0.5, 1.0, 2.0)  # input_scale_sweep: factors on the inputs' deviation from the mean
+DEFAULT_N_RATIO = 20  # n_for_width: samples per split per representation dimension
+CEILING_BATCH = 1024  # ceiling: Gaussian samples per batch of the identity (no model memory to mind)
 CURVE_GRID = tuple(float(a) for a in np.linspace(0.5, 1.0, 201))
-CACHE_VERSION = 4  # 2: keys hold the model's identity (checkpoint digest, dtype); 3: language models' input signs;
-# 4: their inputs at the token-embedding scale
+CACHE_VERSION = 5  # 2: keys hold the model's identity (checkpoint digest, dtype); 3: language models' input signs;
+# 4: their inputs at the token-embedding scale; 5: their inputs drawn with the token embeddings' mean and covariance
 DOWNSTREAM_SEED_OFFSET = 10_000  # the robust probe's downstream task: seed + this, never a scored sample
 
 
@@ -221,39 +229,93 @@ def random_projection_representation(input_shape, dim: int, *, seed: int = 0, **
     return rep
 
 
+def signal_fraction_representation(width: int, fraction: float, *, extra: int = 16, seed: int = 0,
+                                   **kwargs) -> Representation:
+    """z = Q^T x for inputs of size width + ``extra``, Q orthonormal [d, width] keeping ``fraction``
+    of the class signal: ||Q^T u||^2 = fraction for u = 1_d / sqrt(d), noise still N(0, I_width).
+    Its class-mean Mahalanobis half-distance is sqrt(fraction) s at scale s, so its true score is
+    ``population_scores(sqrt(fraction) * scales, config)``: a known answer for the finite-sample bias."""
+    if not 0 < fraction <= 1 or width < 1 or extra < 1:
+        raise LmprobeError(f"signal_fraction_representation: fraction={fraction} must be in (0, 1], width={width} "
+                           f"and extra={extra} >= 1")
+    d = width + extra
+    rng = np.random.default_rng(seed)
+    u = np.ones(d) / math.sqrt(d)
+    basis = np.linalg.qr(np.column_stack([u, rng.normal(size=(d, width))]))[0]  # u, then width directions _|_ u
+    q = basis[:, 1:].copy()
+    q[:, 0] = math.sqrt(fraction) * u + math.sqrt(1.0 - fraction) * basis[:, 1]
+    matrix = jnp.asarray(q, jnp.float32)
+    rep = function_representation("signal_fraction", lambda x: x.reshape(x.shape[0], -1) @ matrix, (d,), **kwargs)
+    rep.settings.update(width=width, fraction=fraction, projection_seed=seed)
+    return rep
+
+
 def scorer_representation(scorer, name: str, *, seq_len: int = DEFAULT_SEQ_LEN, pooling: str | None = None,
-                          layer: int = -1, input_scale: float | None = None,
-                          identity: dict | None = None) -> Representation:
+                          layer: int = -1, inputs: str = "embedding", input_scale: float | None = None,
+                          identity: dict | None = None, moments: tuple | None = None) -> Representation:
     """A language model fed Gaussian input embeddings [T, hidden] (Scorer.embed_inputs); its
     identity is the scorer's unless ``identity`` is given.
 
-    * Default pooling: the last token for decoders (the only one that attends to all inputs),
-    the mean over tokens for encoders (no input is a real [CLS]).
-    * Each token's hidden coordinates are multiplied by fixed balanced signs (``balanced_signs``)
-    before the model sees them. The class mean y s 1_d / sqrt(d) is constant across coordinates,
-    and a LayerNorm over the hidden axis (BERT's embedding LayerNorm, the first thing an encoder
-    does to its inputs) subtracts exactly that constant: without the signs every class signal is
-    erased and the score is 0 for any encoder. The signs keep both covariances (identity, and
-    band: per channel along the tokens), so the raw reference is unchanged.
-    * Inputs are then scaled to the model's own token embeddings: times ``input_scale``, by
-    default their RMS (``token_embedding_rms``). Unit-variance inputs are 10-20x larger than a
-    real token (RMS 0.056 for all-MiniLM-L6, 0.086 for all-mpnet-base), which drowns the position
-    embeddings and leaves mpnet at chance (0.57 plug-in accuracy at scale 3, Bayes 0.9987; 0.78
-    at its token scale). A fixed factor is a function of x like any other, so the raw reference
-    is unchanged.
+    * Pooling and layer: the real-task probes' (``realtask.default_pooling``: the last token of a
+    decoder, the first-last layer average of an encoder; ``layer`` -1, the last), so SynBench
+    scores the features the probes are scored on.
+    * SynBench's sample x (N(y s u, I) in [T, hidden], u = 1 / sqrt(T hidden)) first has each
+    token's hidden coordinates multiplied by fixed balanced signs (``balanced_signs``): the class
+    mean y s u is constant across coordinates, and a LayerNorm over the hidden axis (BERT's
+    embedding LayerNorm) would subtract exactly that constant. The signs keep both covariances
+    (identity, and band: per channel along the tokens).
+    * ``inputs="embedding"`` (default): each token is then mu + c (x_t R), mu and R R^T = C the mean
+    and covariance of the model's token embeddings (``embedding_moments``; R the symmetric square
+    root, which does not depend on the order of the hidden coordinates), c = ``input_scale``
+    (default 1): at c = 1 the inputs have the token embeddings' first two moments, and the class
+    shift lies in the whitened coordinates x. ``inputs="rms"``: x times c, by default the RMS of
+    the token embeddings (``token_embedding_rms``; CACHE_VERSION 4's inputs). Either map is an
+    invertible affine function of x, so the raw reference is unchanged. ``moments``: (mu, R) of
+    ``embedding_moments`` computed once (``input_scale_sweep``).
     """
-    pooling = pooling or ("last" if scorer.is_decoder else "mean")
-    shape = (seq_len, int(scorer.config.hidden_size))
-    scale = float(token_embedding_rms(scorer) if input_scale is None else input_scale)
-    if not scale > 0:
-        raise LmprobeError(f"input_scale={scale} for {name}: the factor on the Gaussian inputs must be > 0")
-    factor = balanced_signs(shape[1]) * np.float32(scale)
-    rep = Representation(name, shape,
-                         lambda x: scorer.embed_inputs(np.asarray(x) * factor, pooling=pooling, layer=layer),
-                         channel_axis=-1, settings={"pooling": pooling, "layer": layer, "seq_len": seq_len,
-                                                    "input_signs": "balanced", "input_scale": round(scale, 6)},
-                         identity=identity if identity is not None else model_key(scorer))
-    return rep
+    if inputs not in INPUTS:
+        raise LmprobeError(f"inputs={inputs!r} for {name}: choose from {', '.join(INPUTS)}")
+    if input_scale is not None and not input_scale > 0:
+        raise LmprobeError(f"input_scale={input_scale} for {name}: the factor on the Gaussian inputs must be > 0")
+    pooling = pooling or default_pooling(scorer)
+    hidden = int(scorer.config.hidden_size)
+    signs = balanced_signs(hidden)
+    settings = {"pooling": pooling, "layer": layer, "seq_len": seq_len, "inputs": inputs, "input_signs": "balanced"}
+    if inputs == "rms":
+        scale = float(token_embedding_rms(scorer) if input_scale is None else input_scale)
+        factor = signs * np.float32(scale)
+        transform = lambda x: np.asarray(x) * factor
+    else:
+        scale = 1.0 if input_scale is None else float(input_scale)
+        mean, root = moments if moments is not None else embedding_moments(scorer, name=name)
+        signed_root = jnp.asarray(signs[:, None] * root * scale, jnp.float32)  # diag(signs) R c
+        mean = jnp.asarray(mean, jnp.float32)
+        transform = lambda x: mean + jnp.asarray(x) @ signed_root  # eager: no compile per representation
+    settings["input_scale"] = round(scale, 6)
+    return Representation(name, (seq_len, hidden),
+                          lambda x: scorer.embed_inputs(np.asarray(transform(x)), pooling=pooling, layer=layer),
+                          channel_axis=-1, settings=settings,
+                          identity=identity if identity is not None else model_key(scorer))
+
+
+def embedding_moments(scorer, sample: int = EMBEDDING_SAMPLE, *, name: str = "the model") -> tuple[np.ndarray, ...]:
+    """(mean [D], symmetric square root R [D, D] of the covariance), float64, of the model's input
+    embeddings (``model.embed``, Gemma's sqrt(d) factor included) over ``sample`` evenly spaced
+    token ids. * Every id weighs the same (no corpus frequencies). A singular covariance (fewer
+    ids than dimensions, tied embeddings) is an error: R would drop part of the class signal."""
+    vocab, hidden = int(scorer.config.vocab_size), int(scorer.config.hidden_size)
+    ids = jnp.asarray(np.unique(np.linspace(0, vocab - 1, min(sample, vocab)).round().astype(np.int32)))
+    e = scorer.model.embed(ids).astype(jnp.float32)
+    mean = jnp.mean(e, axis=0)
+    centred = e - mean
+    cov = np.asarray(centred.T @ centred, np.float64) / max(len(ids) - 1, 1)
+    vals, vecs = np.linalg.eigh(cov)
+    if not vals[0] > hidden * np.finfo(np.float32).eps * vals[-1]:
+        rank = int(np.sum(vals > hidden * np.finfo(np.float32).eps * vals[-1]))
+        raise LmprobeError(f"{name}'s token embeddings have a singular covariance (rank {rank} of {hidden} over "
+                           f"{len(ids)} token ids): Gaussian inputs drawn with it would lose part of the class "
+                           "signal; use inputs='rms' (--inputs=rms)")
+    return np.asarray(mean, np.float64), (vecs * np.sqrt(vals)) @ vecs.T
 
 
 def token_embedding_rms(scorer, sample: int = 4096) -> float:
@@ -455,6 +517,136 @@ def synbench_scores(rep_acc, rep_bound, raw: Reference, config: Config) -> np.nd
     return np.asarray(score, np.float64)
 
 
+# --------------------------------------------------------------------------------------
+# Bias-corrected score at eps = 0
+# --------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class CorrectedSummary:
+    """The eps = 0 Bayes classifier of every scale at the unbiased Mahalanobis distance."""
+
+    accuracy: np.ndarray  # [S] Phi(D_u / 2) (Thm 3(iii) at the prior; NaN where undefined)
+    bound: np.ndarray  # [S] expected scaled bound of correct samples at the same distance (Thm 1(iv) / 3(iv))
+    samples: int  # n = n1 + n2 per scale (both splits)
+    k: int  # dimension of the pooled covariance's support (the width, unless rank-deficient)
+    reason: str | None  # why the corrected score is undefined; None when it is defined
+
+
+def unbiased_squared_distance(d2, n1, n2, k) -> np.ndarray:
+    """D_u^2 = (n - k - 3) / (n - 2) D^2 - k (1/n1 + 1/n2), clipped at 0; NaN where n - k - 3 <= 0.
+
+    D^2 = (m_1 - m_2)^T S^{-1} (m_1 - m_2) is the plug-in squared Mahalanobis distance of class
+    means m_y over n_y samples with the pooled covariance S (divisor n - 2, n = n1 + n2) in k
+    dimensions. For Gaussian classes, (n - 2) S ~ Wishart_k(n - 2, Sigma) independent of
+    m_1 - m_2 ~ N(delta, (1/n1 + 1/n2) Sigma), so E[S^{-1}] = (n - 2) / (n - k - 3) Sigma^{-1} and
+    E[D^2] = (n - 2) / (n - k - 3) (Delta^2 + k (1/n1 + 1/n2)) (McLachlan, Discriminant Analysis
+    and Statistical Pattern Recognition, Sec. 10.4; Lachenbruch & Mickey): D_u^2 is unbiased for
+    Delta^2 before the clip. Arguments broadcast.
+    """
+    d2, n1, n2, k = (np.asarray(v, np.float64) for v in (d2, n1, n2, k))
+    n = n1 + n2
+    defined = (n - k - 3 > 0) & (n1 > 0) & (n2 > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        value = (n - k - 3) / (n - 2) * d2 - k * (1.0 / n1 + 1.0 / n2)
+    return np.where(defined, np.maximum(value, 0.0), np.nan)
+
+
+def bayes_accuracy_bound(distance2, prior: float = 0.5) -> tuple[np.ndarray, np.ndarray]:
+    """(accuracy, expected scaled bound of correct samples) of the eps = 0 Bayes classifier of
+    two Gaussian classes at squared Mahalanobis distance ``distance2`` between their means: the
+    raw reference's formulas (Thm 3 (iii)-(iv); Phi(Delta / 2) and Thm 1(iv) at prior 1/2) with
+    ||mu||_Sigma = Delta / 2. NaN stays NaN."""
+    half = 0.5 * jnp.sqrt(jnp.asarray(distance2, jnp.float32))
+    return (np.asarray(kernels.imbalanced_accuracy(half, 0.0, prior), np.float64),
+            np.asarray(kernels.imbalanced_expected_scaled_bound(half, 0.0, prior), np.float64))
+
+
+def squared_distances(z, labels) -> tuple[np.ndarray, ...]:
+    """(D^2, n1, n2, k) [S] of representations z [S, n, k] with labels [S, n] in {+1, -1, 0 (padding)}:
+    the plug-in squared Mahalanobis distance between the class means (pooled covariance, divisor
+    n - 2, inverted on its numerical support of dimension k: kernels.numerical_support's cut),
+    class sizes and k. numpy, float64 eigenvalues: nothing to compile per shape."""
+    out = []
+    for zi, yi in zip(np.asarray(z, np.float32), np.asarray(labels)):  # one k x k covariance at a time
+        pos, neg = zi[yi > 0], zi[yi < 0]
+        if min(len(pos), len(neg)) < 2:
+            out.append((np.nan, len(pos), len(neg), zi.shape[1]))
+            continue
+        m1, m2 = pos.mean(0, dtype=np.float64), neg.mean(0, dtype=np.float64)
+        centred = np.concatenate([pos - m1.astype(np.float32), neg - m2.astype(np.float32)])
+        vals, vecs = np.linalg.eigh((centred.T @ centred).astype(np.float64) / (len(centred) - 2))
+        support = vals > zi.shape[1] * np.finfo(np.float32).eps * vals[-1]
+        diff = (m1 - m2) @ vecs[:, support]
+        out.append((float(np.sum(diff * diff / vals[support])), len(pos), len(neg), int(support.sum())))
+    return tuple(np.asarray(v, np.float64) for v in zip(*out))
+
+
+def corrected_summary(z_train, y_train, z_test, y_test, config: Config) -> CorrectedSummary:
+    """The bias-corrected eps = 0 side of representations z_* [S, n, k] (labels [S, n]).
+
+    The plug-in score scores a classifier fitted on n samples: its test accuracy falls below the
+    Bayes accuracy as k / n grows (the fitted direction overfits), and its scaled bound divides
+    by the in-sample class-centre distance mu^T w, inflated like D^2. Here neither enters: both
+    splits (no held-out data is needed) give D^2, ``unbiased_squared_distance`` corrects it, and
+    accuracy and expected bound are the Bayes classifier's at that distance (``bayes_accuracy_bound``),
+    i.e. the paper's Gaussian model of the representations (Sec. 3.2.2) evaluated at an unbiased
+    distance instead of on one fitted classifier. Undefined (NaN, with the reason) while
+    n1 + n2 - k - 3 <= 0; never builds a k x k matrix for k >= n.
+    """
+    z = np.concatenate([np.asarray(z_train), np.asarray(z_test)], axis=1)
+    y = np.concatenate([np.asarray(y_train), np.asarray(y_test)], axis=1)
+    samples, width = int(np.max(np.sum(y != 0, axis=1))), int(z.shape[2])  # label 0: padding
+    nan = np.full(len(z), np.nan)
+    if samples - width - 3 <= 0:
+        return CorrectedSummary(nan, nan, samples, width, _too_few(samples, width))
+    d2, n1, n2, k = squared_distances(z, y)
+    distance2 = unbiased_squared_distance(d2, n1, n2, k)
+    accuracy, bound = bayes_accuracy_bound(distance2, config.prior)
+    reason = None if np.all(np.isfinite(distance2)) else _too_few(samples, int(k.max()))
+    return CorrectedSummary(accuracy, bound, samples, int(k.max()), reason)
+
+
+def _too_few(samples: int, k: int) -> str:
+    return (f"n1 + n2 - k - 3 = {samples - k - 3} <= 0 ({samples} samples over both splits, k = {k}): the "
+            f"unbiased distance needs more samples than dimensions; use n >= {n_for_width(k)} per split")
+
+
+def eps0_scores(accuracy, bound, raw: Reference, config: Config) -> np.ndarray:
+    """SynBench-Score [A] at eps = 0 of per-scale accuracies and expected bounds [S] against the
+    raw reference's eps = 0 column: the plug-in score's integration (``synbench_scores``)."""
+    j = next(j for j, e in enumerate(config.epsilons) if e == 0)
+    column = Reference(raw.accuracy[:, j:j + 1], raw.bound[:, j:j + 1])
+    one = dataclasses.replace(config, epsilons=(0.0,))
+    return synbench_scores(np.asarray(accuracy)[:, None], np.asarray(bound)[:, None], column, one)[:, 0]
+
+
+def population_scores(half_distances, config: Config, spec: gaussian.GaussianSpec | None = None) -> np.ndarray:
+    """True SynBench-Score [A] at eps = 0 of a representation whose classes are Gaussian with
+    Mahalanobis half-distance ``half_distances`` [S] (Delta / 2 per scale; the identity: the raw
+    data's own) against the raw reference of ``spec`` (default: identity covariance)."""
+    spec = spec or gaussian.GaussianSpec((1,), config.covariance, tuple(config.band), None, config.prior)
+    zero = dataclasses.replace(config, epsilons=(0.0,))
+    accuracy, bound = bayes_accuracy_bound(4.0 * np.square(np.asarray(half_distances, np.float64)), config.prior)
+    return eps0_scores(accuracy, bound, raw_reference(zero, spec), zero)
+
+
+def n_for_width(width: int, ratio: float = DEFAULT_N_RATIO) -> int:
+    """Samples per split that hold n / width at ``ratio`` (>= 8, Config's minimum): compare
+    models of different widths at one ratio, since both scores drift with width / n."""
+    if width < 1 or not ratio > 0:
+        raise LmprobeError(f"n_for_width: width={width} must be >= 1 and ratio={ratio} > 0")
+    return max(8, math.ceil(ratio * width))
+
+
+def check_sample_size(width: int, config: Config) -> None:
+    """LmprobeError unless the bias-corrected score is defined for representations of ``width``
+    (2 n - width - 3 > 0 over both splits of n samples)."""
+    if 2 * config.n - width - 3 <= 0:
+        raise LmprobeError(f"n={config.n} samples per split is too few for SynBench's bias-corrected score at width "
+                           f"{width}: {_too_few(2 * config.n, width)}")
+
+
 def check_reference(raw: Reference, config: Config) -> None:
     """Every a_t needs raw scales above it, else the score's denominator is 0."""
     best = raw.accuracy.max(axis=0)
@@ -531,11 +723,21 @@ def run(rep: Representation, config: Config, *, cache_dir: str | None = None,
         rep_bound = np.asarray(summary.mean_scaled_margin, np.float64)
         scores = synbench_scores(rep_acc, rep_bound, raw, config)
         curves = threshold_curves(rep_acc, rep_bound, raw, config)
+        corrected = corrected_summary(z_train, y_train, z_test, y_test, config) if 0.0 in config.epsilons else None
 
     rows = [{"eps": e, "a_t": a, "score": float(scores[i, j])}
             for i, a in enumerate(config.a_t) for j, e in enumerate(config.epsilons)]
     info = {"dim": int(z_train.shape[-1]), "input_shape": list(spec.input_shape), "channel_axis": spec.channel_axis,
             "offset": spec.offset, "degenerate_scales": degenerate, **rep.settings}
+    if corrected is not None:
+        defined = corrected.reason is None
+        fixed = eps0_scores(corrected.accuracy, corrected.bound, raw, config) if defined else None
+        for row in rows:
+            if row["eps"] == 0:
+                row["score_corrected"] = float(fixed[config.a_t.index(row["a_t"])]) if defined else None
+        info["corrected"] = {"samples": corrected.samples, "k": corrected.k, "reason": corrected.reason}
+        clean = lambda a: np.where(np.isfinite(a), a, 0.0).tolist()
+        curves.update(rep_accuracy_corrected=clean(corrected.accuracy), rep_bound_corrected=clean(corrected.bound))
 
     baselines = None
     if config.baselines:
@@ -549,6 +751,27 @@ def run(rep: Representation, config: Config, *, cache_dir: str | None = None,
             probe = {"a_t": config.probe_a_t, "argmax_eps": eps, "scale": config.probe_scale,
                      **robust_linear_probing(rep, config, eps)}
     return Result(rep.name, rows, curves, info, stages.seconds, config, probe, baselines, stages.cached)
+
+
+def ceiling(width: int, config: Config, *, cache_dir: str | None = None, progress: Callable = no_progress) -> Result:
+    """The identity representation of ``width`` under ``config`` (same n, scales, seed): what a
+    representation that loses nothing scores with this n, the plug-in's width-matched ceiling
+    (the corrected score's is about 1). No model; its representations are cached like any, and drawn
+    in batches of at least CEILING_BATCH (the samples do not depend on the batch size)."""
+    config = dataclasses.replace(config, batch_size=max(config.batch_size, CEILING_BATCH))
+    return run(identity_representation((width,), batch_size=config.batch_size), config, cache_dir=cache_dir,
+               progress=progress)
+
+
+def input_scale_sweep(scorer, name: str, config: Config, input_scales=DEFAULT_INPUT_SCALES, *,
+                      cache_dir: str | None = None, progress: Callable = no_progress, **kwargs) -> dict[float, Result]:
+    """{input_scale: Result} of a language model at each factor on its Gaussian inputs
+    (``scorer_representation``'s ``input_scale``; ``kwargs``: its other options, inputs included).
+    The embedding moments are computed once."""
+    if kwargs.get("inputs", "embedding") == "embedding" and "moments" not in kwargs:
+        kwargs["moments"] = embedding_moments(scorer, name=name)
+    return {float(c): run(scorer_representation(scorer, name, input_scale=c, **kwargs), config, cache_dir=cache_dir,
+                          progress=progress) for c in input_scales}
 
 
 def downstream_task(rep: Representation, config: Config) -> tuple[np.ndarray, ...]:

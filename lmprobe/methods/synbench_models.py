@@ -61,8 +61,8 @@ def load_representation(name: str, *, load_scorer: Callable, load_checkpoint: Ca
                         batch_size: int = 64, input_shape: tuple[int, ...] | None = None,
                         channel_axis: int | None = None, projection_dim: int = PROJECTION_DIM,
                         seq_len: int = synbench.DEFAULT_SEQ_LEN, pooling: str | None = None, layer: int = -1,
-                        input_scale: float | None = None, offline: bool | None = None, revision: str | None = None,
-                        allow_pickle: bool = False) -> synbench.Representation:
+                        inputs: str = "embedding", input_scale: float | None = None, offline: bool | None = None,
+                        revision: str | None = None, allow_pickle: bool = False) -> synbench.Representation:
     """The representation network ``name`` describes (``representation_kind``), its model loaded last.
 
     ``load_scorer(name)``: a language model's Scorer (variants applied); ``load_checkpoint(name)``:
@@ -70,7 +70,7 @@ def load_representation(name: str, *, load_scorer: Callable, load_checkpoint: Ca
     Representation's ``checkpoint``). ``batch_size``: inputs per call of a function or ViT (one
     compiled shape); ``input_shape`` / ``channel_axis`` / ``projection_dim``: the inputs of
     identity, random_projection and functions (default FUNCTION_INPUT_SHAPE); ``seq_len`` /
-    ``pooling`` / ``layer`` / ``input_scale``: a language model's (synbench.scorer_representation).
+    ``pooling`` / ``layer`` / ``inputs`` / ``input_scale``: a language model's (synbench.scorer_representation).
     ``offline`` / ``revision`` / ``allow_pickle``: how a checkpoint name resolves."""
     kind = representation_kind(name, offline=offline, revision=revision, allow_pickle=allow_pickle)
     shape = input_shape or FUNCTION_INPUT_SHAPE
@@ -84,7 +84,7 @@ def load_representation(name: str, *, load_scorer: Callable, load_checkpoint: Ca
     if kind == VIT:
         return vit_checkpoint_representation(load_checkpoint(name), name, dtype=dtype, batch_size=batch_size)
     return synbench.scorer_representation(load_scorer(name), name, seq_len=seq_len, pooling=pooling, layer=layer,
-                                          input_scale=input_scale)
+                                          inputs=inputs, input_scale=input_scale)
 
 
 def vit_checkpoint_representation(loaded, name: str, *, dtype=None, batch_size: int = 64) -> synbench.Representation:

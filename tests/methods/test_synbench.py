@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from scipy.linalg import block_diag, toeplitz
-from scipy.stats import norm
+from scipy.stats import chi2, ncx2, norm
 
 import kernels
 from experiments import synbench as front_end
@@ -39,6 +39,10 @@ def test_identity_scores_about_one_at_every_threshold(identity_result):
     np.testing.assert_allclose(at_zero, 1.0, atol=0.03)
     # relative budgets leave an isotropic problem's classifier unchanged: ~1 for every eps
     np.testing.assert_allclose([r["score"] for r in identity_result.scores], 1.0, atol=0.03)
+    corrected = [r["score_corrected"] for r in identity_result.scores if r["eps"] == 0]
+    np.testing.assert_allclose(corrected, 1.0, atol=0.03)
+    assert identity_result.representation["corrected"] == {"samples": 2048, "k": 8, "reason": None}
+    assert synbench.ceiling(8, synbench.Config(**FAST)).scores == identity_result.scores  # the same identity
 
 
 def test_pure_noise_scores_about_zero():
@@ -216,10 +220,11 @@ def test_front_end_on_a_tiny_language_model(tiny_llama_dir, tmp_path):  # noqa: 
     assert {(r["eps"], r["a_t"]) for r in result["scores"]} == {(0.0, 0.7), (0.4, 0.7)}
     assert all(np.isfinite(r["score"]) for r in result["scores"])
     assert result["representation"]["input_shape"] == [synbench.DEFAULT_SEQ_LEN, 64]
-    assert result["representation"]["pooling"] == "last"
-    from safetensors.numpy import load_file  # the default input scale: the RMS of its token embeddings
-    weights = load_file(str(tiny_llama_dir / "model.safetensors"))["model.embed_tokens.weight"]
-    assert result["representation"]["input_scale"] == pytest.approx(np.sqrt((weights ** 2).mean()), rel=1e-4)
+    rep = result["representation"]
+    assert rep["pooling"] == "last" and rep["inputs"] == "embedding" and rep["input_scale"] == 1.0
+    # 2 x 16 samples cannot correct a width-64 distance: no corrected score, and the reason why
+    assert [r["score_corrected"] for r in result["scores"] if r["eps"] == 0] == [None]
+    assert "n1 + n2 - k - 3 = -35" in rep["corrected"]["reason"]
     assert set(result["curves"]) >= {"a", "E_raw", "E_rep", "rep_accuracy", "raw_accuracy"}
     assert result["config"]["n"] == 16 and "0.7" in result["argmax_eps"]
     assert (tmp_path / "bound_threshold.png").stat().st_size > 0
@@ -275,7 +280,7 @@ def test_a_layernorm_first_encoder_sees_the_class_signal():
     # the class mean is constant across coordinates: fed as is, the LayerNorm subtracts it and the
     # score is 0 whatever the model; the balanced signs keep it (an identity-like encoder: about 1)
     config = synbench.Config(n=1024, batch_size=256, scales=(0.5, 1.0, 2.0, 3.0), a_t=(0.7,), epsilons=(0.0,))
-    rep = synbench.scorer_representation(LayerNormEncoder(), "layernorm", seq_len=8, identity={})
+    rep = synbench.scorer_representation(LayerNormEncoder(), "layernorm", seq_len=8, inputs="rms", identity={})
     assert synbench.run(rep, config).scores[0]["score"] > 0.8
     unsigned = synbench.function_representation("no signs", _layernorm_mean, (8, 48), batch_size=256)
     assert synbench.run(unsigned, config).scores[0]["score"] == 0.0
@@ -289,10 +294,146 @@ def test_language_model_inputs_are_scaled_to_its_token_embeddings():
     config = synbench.Config(n=64, batch_size=64, scales=(1.0,), a_t=(0.7,), epsilons=(0.0,))
     for scale, expected in ((None, 0.05), (2.0, 2.0)):
         encoder.fed.clear()
-        rep = synbench.scorer_representation(encoder, "layernorm", seq_len=8, input_scale=scale, identity={})
+        rep = synbench.scorer_representation(encoder, "layernorm", seq_len=8, inputs="rms", input_scale=scale,
+                                             identity={})
         assert rep.settings["input_scale"] == pytest.approx(expected)
         synbench.represent(rep, config, 1.0, "train")
         fed = np.concatenate(encoder.fed)  # unit-variance Gaussians times +-scale: RMS about the scale
         assert np.sqrt((fed ** 2).mean()) == pytest.approx(expected, rel=0.05)
     with pytest.raises(LmprobeError, match="input_scale"):
-        synbench.scorer_representation(encoder, "layernorm", input_scale=0.0, identity={})
+        synbench.scorer_representation(encoder, "layernorm", inputs="rms", input_scale=0.0, identity={})
+
+
+# ------------------------------------------------------------------ bias-corrected score at eps = 0
+
+KNOWN_FRACTION = 0.074  # signal_fraction_representation keeping this much of the class signal: true score 0.40
+
+
+def _sampled_squared_distances(k, n, half, seed):
+    """Plug-in D^2 of k-dimensional Gaussian classes at Mahalanobis half-distances ``half`` [S] from
+    n samples, drawn from its exact law: D^2 = (n - 2) c X / Y, c = 1/n1 + 1/n2, X ~ noncentral
+    chi2_k(4 half^2 / c), Y ~ chi2_{n-k-1} (Wishart: a^T W^-1 a = |a|^2 / chi2_{m-k+1})."""
+    rng = np.random.default_rng(seed)
+    n1 = rng.binomial(n, 0.5, size=len(half))
+    c = 1.0 / n1 + 1.0 / (n - n1)
+    x = ncx2.rvs(k, 4 * np.square(half) / c, random_state=rng)
+    return (n - 2) * c * x / chi2.rvs(n - k - 1, size=len(half), random_state=rng), n1, n - n1
+
+
+def _corrected_score(k, n, half, config, seed=0):
+    d2, n1, n2 = _sampled_squared_distances(k, n, half, seed)
+    accuracy, bound = synbench.bayes_accuracy_bound(synbench.unbiased_squared_distance(d2, n1, n2, k))
+    return synbench.eps0_scores(accuracy, bound, synbench.raw_reference(config, gaussian.GaussianSpec((k,))),
+                                config)[0]
+
+
+def test_unbiased_distance_has_the_true_mean_on_gaussian_samples():
+    rng = np.random.default_rng(0)
+    k, n, reps, delta2 = 6, 24, 600, 4.0
+    y = np.where(np.arange(n) < n // 2, 1, -1).astype(np.int32)[None].repeat(reps, 0)
+    z = rng.normal(size=(reps, n, k)) + (np.sqrt(delta2) / 2) * y[..., None] * np.eye(k)[0]
+    d2, n1, n2, dims = synbench.squared_distances(z, y)
+    diff = z[0, :12].mean(0) - z[0, 12:].mean(0)
+    pooled = (np.cov(z[0, :12].T) + np.cov(z[0, 12:].T)) / 2
+    assert d2[0] == pytest.approx(diff @ np.linalg.solve(pooled, diff), rel=1e-4)  # float64 numpy
+    assert set(n1) == set(n2) == {12} and set(dims) == {k}
+    c = 1 / 12 + 1 / 12
+    stderr = d2.std() / np.sqrt(reps)  # E[D^2] = (n-2)/(n-k-3) (Delta^2 + k c): 9.26 here, 2.3 x Delta^2
+    assert d2.mean() == pytest.approx((n - 2) / (n - k - 3) * (delta2 + k * c), abs=4 * stderr)
+    unbiased = synbench.unbiased_squared_distance(d2, n1, n2, k)
+    assert unbiased.mean() == pytest.approx(delta2, abs=4 * unbiased.std() / np.sqrt(reps))
+    assert np.isnan(synbench.unbiased_squared_distance(5.0, 10, 10, 17)) and synbench.unbiased_squared_distance(
+        0.1, 100, 100, 10) == 0.0  # undefined at n - k - 3 <= 0; clipped at 0
+
+
+def test_corrected_identity_scores_one_from_width_64_to_1024():
+    # the identity at n = 2048 per split (D^2 over both): its distance is the raw data's, 2 s
+    config = synbench.Config(a_t=(0.7,), epsilons=(0.0,))
+    scales = np.asarray(config.scales)
+    for k in (64, 256, 1024):
+        for n in (4096, 2048):  # both splits, and one split's worth
+            assert _corrected_score(k, n, scales, config, seed=k) == pytest.approx(1.0, abs=0.03)
+    np.testing.assert_allclose(synbench.population_scores(scales, synbench.Config()), 1.0, atol=1e-6)
+
+
+def test_corrected_score_recovers_a_known_score_at_two_widths():
+    config = synbench.Config(a_t=(0.7,), epsilons=(0.0,))
+    half = np.sqrt(KNOWN_FRACTION) * np.asarray(config.scales)
+    truth = synbench.population_scores(half, config)[0]
+    assert truth == pytest.approx(0.40, abs=0.005)
+    for k in (384, 768):
+        got = [_corrected_score(k, 4096, half, config, seed) for seed in range(3)]
+        np.testing.assert_allclose(got, truth, atol=0.03)
+
+
+def test_known_score_representation_plug_in_low_corrected_right():
+    """160 samples per split at width 48 (width / n as 614 / 2048): the plug-in loses half of the
+    true score, the corrected score does not. The arrays have the [1024, 48] shape of
+    test_a_layernorm_first_encoder_sees_the_class_signal (no compiles), rows past 160 padding."""
+    config = synbench.Config(a_t=(0.7,), epsilons=(0.0,), scales=gaussian.PAPER_SCALES[::4])
+    rep = synbench.signal_fraction_representation(48, KNOWN_FRACTION)
+    u = np.full((1, 64), 1 / np.sqrt(64), np.float32)  # the class-mean direction keeps sqrt(fraction) of its norm
+    assert np.linalg.norm(rep.fn(u)) == pytest.approx(np.sqrt(KNOWN_FRACTION), rel=1e-5)
+    rng = np.random.default_rng(0)
+    half = np.sqrt(KNOWN_FRACTION) * np.asarray(config.scales)  # rep.fn's classes: N(+-half e_1, I_48)
+    z, y = [], []
+    for _ in range(2):
+        labels = np.where(rng.random((len(half), 1024)) < 0.5, 1, -1).astype(np.int32)
+        labels[:, 160:] = 0
+        z.append((rng.normal(size=(len(half), 1024, 48)) + (half[:, None] * labels)[..., None] * np.eye(48)[0])
+                 .astype(np.float32))
+        y.append(labels)
+    raw = synbench.raw_reference(config, gaussian.GaussianSpec((64,)))
+    summary = synbench.representation_summary(z[0], y[0], z[1], y[1], config)
+    plug_in = synbench.synbench_scores(np.asarray(summary.accuracy), np.asarray(summary.mean_scaled_margin), raw,
+                                       config)[0, 0]
+    fixed = synbench.corrected_summary(z[0], y[0], z[1], y[1], config)
+    assert fixed.samples == 320 and fixed.k == 48 and fixed.reason is None
+    corrected = synbench.eps0_scores(fixed.accuracy, fixed.bound, raw, config)[0]
+    truth = synbench.population_scores(half, config)[0]
+    assert plug_in < truth - 0.15 and corrected == pytest.approx(truth, abs=0.05)
+
+
+def test_sample_size_helpers_and_the_undefined_case():
+    assert synbench.n_for_width(384) == 7680 and synbench.n_for_width(768, ratio=10) == 7680
+    assert synbench.n_for_width(1, ratio=1) == 8
+    synbench.check_sample_size(64, synbench.Config(n=34))
+    with pytest.raises(LmprobeError, match=r"n=33 samples per split is too few .* width 64.* n >= 1280"):
+        synbench.check_sample_size(64, synbench.Config(n=33))
+    rng = np.random.default_rng(0)
+    y = np.where(rng.random((2, 20)) < 0.5, 1, -1).astype(np.int32)
+    z = rng.normal(size=(2, 20, 40)).astype(np.float32)
+    summary = synbench.corrected_summary(z, y, z, y, synbench.Config())
+    assert np.all(np.isnan(summary.accuracy)) and summary.samples == 40 and "= -3 <= 0" in summary.reason
+
+
+class EmbeddingEncoder:
+    """An encoder whose token embeddings have a mean and an anisotropic covariance; it returns the
+    mean over tokens of its inputs and records them."""
+
+    is_decoder = False
+    config = type("Config", (), {"hidden_size": 48, "vocab_size": 400})
+    table = np.random.default_rng(5).normal(size=(400, 48)) * np.linspace(0.2, 3.0, 48) + 0.7
+    model = type("Model", (), {"embed": staticmethod(lambda ids: jnp.asarray(EmbeddingEncoder.table)[ids])})
+    fed: list = []
+
+    def embed_inputs(self, x, pooling, layer):
+        self.fed.append(np.asarray(x))
+        return np.asarray(x).mean(1)
+
+
+def test_language_model_inputs_have_the_token_embeddings_moments_and_a_scale_sweep():
+    encoder = EmbeddingEncoder()  # the shapes of test_a_layernorm_first_encoder_sees_the_class_signal: no compiles
+    config = synbench.Config(n=1024, batch_size=256, scales=(0.5, 1.0, 2.0, 3.0), a_t=(0.7,), epsilons=(0.0,))
+    sweep = synbench.input_scale_sweep(encoder, "emb", config, (1.0, 2.0), seq_len=8, identity={})
+    assert list(sweep) == [1.0, 2.0] and [r.representation["input_scale"] for r in sweep.values()] == [1.0, 2.0]
+    rep = synbench.scorer_representation(encoder, "emb", seq_len=8, identity={})
+    assert rep.settings["inputs"] == "embedding" and rep.settings["input_scale"] == 1.0
+    assert rep.settings["pooling"] == "first_last_avg" and rep.settings["layer"] == -1  # the probes' features
+    encoder.fed.clear()
+    synbench.represent(rep, config, 0.01, "train")
+    tokens = np.concatenate(encoder.fed).reshape(-1, 48)
+    np.testing.assert_allclose(tokens.mean(0), encoder.table.mean(0), atol=0.1)
+    np.testing.assert_allclose(np.cov(tokens.T), np.cov(encoder.table.T), atol=0.1 * np.cov(encoder.table.T).max())
+    with pytest.raises(LmprobeError, match="singular covariance.*--inputs=rms"):
+        synbench.scorer_representation(LayerNormEncoder(), "layernorm", identity={})  # every token alike

@@ -47,9 +47,10 @@ def test_a_language_model_comes_from_the_scorer_loader(tiny_llama_dir):  # noqa:
         return LayerNormEncoder()
 
     rep = synbench_models.load_representation(str(tiny_llama_dir), load_scorer=load_scorer, load_checkpoint=_never,
-                                              seq_len=4, input_scale=2.0)
+                                              seq_len=4, inputs="rms", input_scale=2.0)
     assert asked == [str(tiny_llama_dir)] and rep.input_shape == (4, 48) and rep.checkpoint is None
-    assert rep.settings["pooling"] == "mean" and rep.settings["input_scale"] == 2.0
+    assert rep.settings["pooling"] == "first_last_avg" and rep.settings["input_scale"] == 2.0
+    assert rep.settings["inputs"] == "rms"
 
 
 def test_a_vit_comes_from_the_checkpoint_loader_and_takes_no_variants(tmp_path):

@@ -80,10 +80,20 @@ def test_probe_and_baseline_settings_fail_early():
 def test_baselines_on_the_cached_representations(tmp_path, monkeypatch):
     config = synbench.Config(**SMALL, baselines=True, baseline_scale=2.0, baseline_steps=100)
     rep = synbench.identity_representation((4,), batch_size=512)
+    seen, curves = [], loss_data.loss_data_curves
+
+    def spy(z, y, **kwargs):  # the one expensive call, recorded instead of repeated
+        seen.append((z, y, kwargs, curves(z, y, **kwargs)))
+        return seen[-1][-1]
+
+    monkeypatch.setattr(loss_data, "loss_data_curves", spy)
     first = synbench.run(rep, config, cache_dir=str(tmp_path)).to_json()["baselines"]
+    (z_seen, y_seen, kwargs, curve), = seen  # one curve, on the train split of the baseline scale
     z, y = synbench.represent(rep, config, 2.0, "train")
-    direct = loss_data.loss_data_metrics(loss_data.loss_data_curves(z, y, steps=100, seed=config.seed))
-    assert first == pytest.approx({"scale": 2.0, "n": 512, "steps": 100, **direct})
+    np.testing.assert_array_equal(z_seen, z)
+    np.testing.assert_array_equal(y_seen, y)
+    assert kwargs["steps"] == 100 and kwargs["seed"] == config.seed
+    assert first == pytest.approx({"scale": 2.0, "n": 512, "steps": 100, **loss_data.loss_data_metrics(curve)})
     assert first["max_n"] == 460 and (first["esc"] is None or first["esc"] <= 460)  # floor(0.9 n), Table 14
     assert 0 < first["val_loss"] < 1.5 and first["mdl"] > first["sdl"] >= 0
     monkeypatch.setattr(loss_data, "loss_data_curves", lambda *a, **k: pytest.fail("not cached"))
