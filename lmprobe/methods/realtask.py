@@ -24,6 +24,12 @@ Balanced accuracy (the mean of per-class recalls) is reported beside accuracy: o
 set (tweets) a model that always answers one class gets the majority rate as accuracy but 1 / K
 balanced. It is the number to correlate. Every result is a JSON-able dict; all randomness is
 ``seed``'s.
+
+Each number carries its uncertainty over examples (no model rerun): ``*_stderr`` (the std of
+BOOTSTRAP_RESAMPLES seeded bootstrap values) and a LEVEL percentile interval ``*_low`` /
+``*_high``. Accuracies resample test examples within each true class (class counts fixed, so
+every resample has every class: what balanced accuracy weighs equally); bits per byte resamples
+texts, recomputing the ratio sum(NLL) / sum(bytes).
 """
 
 from __future__ import annotations
@@ -41,6 +47,8 @@ from lmprobe.methods.syntextbench import default_pooling
 from lmprobe.report.text import plural
 
 SENTEVAL_CS = logistic.SENTEVAL_CS  # 2^-2 .. 2^4
+BOOTSTRAP_RESAMPLES = 1000
+LEVEL = 0.95  # the percentile intervals' coverage
 FOLDS = 5
 EMBED_CHUNK = 512  # texts per engine call: one step of the progress bar
 SCORE_CHUNK = 64  # texts per scoring call in perplexity
@@ -54,6 +62,63 @@ def balanced_accuracy(predictions, labels, n_classes: int) -> float:
     predictions, labels = np.asarray(predictions), np.asarray(labels)
     recalls = [np.mean(predictions[labels == k] == k) for k in range(n_classes) if np.any(labels == k)]
     return float(np.mean(recalls))
+
+
+def _summary(name: str, draws: np.ndarray | None, level: float) -> dict:
+    """``name``_stderr, _low, _high of a statistic's bootstrap ``draws`` (None: fewer than 2 examples)."""
+    if draws is None:
+        return {f"{name}_stderr": None, f"{name}_low": None, f"{name}_high": None}
+    low, high = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2])
+    return {f"{name}_stderr": float(draws.std(ddof=1)), f"{name}_low": float(low), f"{name}_high": float(high)}
+
+
+def _check_bootstrap(resamples: int, level: float) -> None:
+    if isinstance(resamples, bool) or not isinstance(resamples, (int, np.integer)) or resamples < 2:
+        raise LmprobeError(f"resamples={resamples!r}: pass a whole number >= 2 (BOOTSTRAP_RESAMPLES by default)")
+    if not 0 < level < 1:
+        raise LmprobeError(f"level={level!r}: pass the interval's coverage as a fraction in (0, 1), e.g. 0.95")
+
+
+def accuracy_intervals(predictions, labels, n_classes: int, *, resamples: int = BOOTSTRAP_RESAMPLES,
+                       level: float = LEVEL, seed: int = 0) -> dict:
+    """Bootstrap stderr and percentile interval of balanced accuracy and accuracy (keys
+    balanced_accuracy_stderr / _low / _high, accuracy_stderr / _low / _high), resampling the
+    examples of each true class within that class (module docstring)."""
+    _check_bootstrap(resamples, level)
+    predictions, labels = np.asarray(predictions), np.asarray(labels)
+    if predictions.shape != labels.shape:
+        raise LmprobeError(f"{predictions.size} predictions for {labels.size} labels: pass one per example")
+    if labels.size and not 0 <= labels.min() <= labels.max() < n_classes:
+        raise LmprobeError(f"labels {labels.min()}..{labels.max()} for {n_classes} classes: pass class indices "
+                           f"0..{n_classes - 1}")
+    if labels.size < 2:
+        return {**_summary("balanced_accuracy", None, level), **_summary("accuracy", None, level)}
+    rng = np.random.default_rng(seed)
+    recalls, counts = [], []  # [classes present, resamples] recalls; examples per class
+    for k in range(n_classes):
+        right = (predictions[labels == k] == k).astype(np.float64)
+        if right.size:
+            recalls.append(right[rng.integers(0, right.size, (resamples, right.size))].mean(1))
+            counts.append(right.size)
+    recalls = np.stack(recalls)
+    plain = np.asarray(counts, np.float64) @ recalls / sum(counts)
+    return {**_summary("balanced_accuracy", recalls.mean(0), level), **_summary("accuracy", plain, level)}
+
+
+def bits_per_byte_interval(nll, n_bytes, *, resamples: int = BOOTSTRAP_RESAMPLES, level: float = LEVEL,
+                           seed: int = 0) -> dict:
+    """Bootstrap stderr and percentile interval of bits per byte = sum(nll) / ln 2 / sum(bytes)
+    over texts (per-text total NLL in nats and UTF-8 bytes), resampling texts: bits_per_byte_stderr
+    / _low / _high."""
+    _check_bootstrap(resamples, level)
+    nll, n_bytes = np.asarray(nll, np.float64), np.asarray(n_bytes, np.float64)
+    if nll.shape != n_bytes.shape:
+        raise LmprobeError(f"{nll.size} NLLs for {n_bytes.size} byte counts: pass one of each per text")
+    draws = None
+    if nll.size >= 2:
+        idx = np.random.default_rng(seed).integers(0, nll.size, (resamples, nll.size))
+        draws = nll[idx].sum(1) / math.log(2) / n_bytes[idx].sum(1)
+    return _summary("bits_per_byte", draws, level)
 
 
 def embed(scorer, texts: Sequence[str], pooling: str, *, progress: Callable = no_progress,
@@ -98,6 +163,7 @@ def probe_embeddings(x_train, y_train, x_test, y_test, n_classes: int | None = N
     iterations = int(np.asarray(models.iterations).max())
     return {"accuracy": float(np.mean(predictions == y_test)),
             "balanced_accuracy": balanced_accuracy(predictions, y_test, n_classes),
+            **accuracy_intervals(predictions, y_test, n_classes, seed=seed),
             "c": float(np.asarray(cs)[index]), "cv_accuracy": float(by_c[index]),
             "cv_accuracy_by_c": [float(a) for a in by_c], "cs": [float(c) for c in cs], "selection": selection,
             "n_train": int(len(y_train)), "n_test": int(len(y_test)),
@@ -155,10 +221,10 @@ def label_scores(scorer, texts: Sequence[str], label_words: Sequence[str], *, te
 
 
 def zero_shot(scorer, data, *, template: str = TEMPLATES["review"], label_words: Sequence[str] | None = None,
-              max_chars: int | None = None, progress: Callable = no_progress) -> dict:
+              max_chars: int | None = None, seed: int = 0, progress: Callable = no_progress) -> dict:
     """Zero-shot accuracy of a decoder on LabelledData ``data``: the prediction is the label word
     (one per class, by default the class names) with the highest log-probability after the prompt.
-    ``predicted_share``: how many texts got each class."""
+    ``predicted_share``: how many texts got each class; ``seed``: the bootstrap's."""
     words = list(label_words or data.label_names)
     if len(words) != len(data.label_names):
         raise LmprobeError(f"{plural(len(words), 'label word')} {words} for "
@@ -171,6 +237,7 @@ def zero_shot(scorer, data, *, template: str = TEMPLATES["review"], label_words:
     labels = np.asarray(data.labels)
     return {"accuracy": float(np.mean(predictions == labels)),
             "balanced_accuracy": balanced_accuracy(predictions, labels, len(words)),
+            **accuracy_intervals(predictions, labels, len(words), seed=seed),
             "label_words": words, "template": template, "n": len(data.texts), "max_chars": max_chars,
             "predicted_share": np.bincount(predictions, minlength=len(words)).tolist()}
 
@@ -204,7 +271,8 @@ def start_tokens(tokenizer) -> list[int]:
     raise LmprobeError("the tokenizer has no start, <|endoftext|>, BOS or EOS token to predict the first token after")
 
 
-def perplexity(scorer, texts: Sequence[str], *, max_chars: int = 1500, progress: Callable = no_progress) -> dict:
+def perplexity(scorer, texts: Sequence[str], *, max_chars: int = 1500, seed: int = 0,
+               progress: Callable = no_progress) -> dict:
     """Held-out language modelling of a decoder.
 
     Each non-empty text is cut (``cut``) to at most ``max_chars`` characters, tokenized without
@@ -214,7 +282,7 @@ def perplexity(scorer, texts: Sequence[str], *, max_chars: int = 1500, progress:
     it, never truncated. Reported: the total NLL (nats), per-token NLL and perplexity, and
     bits per byte = total NLL / ln 2 / total UTF-8 bytes of the cut texts. Tokenizers differ
     across models, so per-token numbers do not compare models; bits per byte does (all models
-    predict the same bytes)."""
+    predict the same bytes), with its bootstrap over texts (``bits_per_byte_interval``, ``seed``)."""
     _require_causal(scorer, "perplexity", "an encoder has no next-token distribution")
     shown = [cut(t, max_chars) for t in texts if t.strip()]
     if not shown:
@@ -224,16 +292,19 @@ def perplexity(scorer, texts: Sequence[str], *, max_chars: int = 1500, progress:
     ids = [start + list(i) for i in tok(shown, add_special_tokens=False)["input_ids"]]
     if scorer.max_length <= len(start) + 1:
         raise LmprobeError(f"the model's context of {scorer.max_length} tokens leaves no room to predict a token")
-    pieces = [w for i in ids for w in windows(i, len(start), scorer.max_length)]
+    pieces = [(t, *w) for t, i in enumerate(ids) for w in windows(i, len(start), scorer.max_length)]
     chunks = range(0, len(pieces), SCORE_CHUNK)
-    nll = 0.0
+    text_nll = np.zeros(len(shown))
     for s in progress(chunks, desc="perplexity", total=len(chunks)):
         part = pieces[s:s + SCORE_CHUNK]
-        for (_, first), lp in zip(part, scorer.score([w for w, _ in part]).token_logprobs):
-            nll -= float(np.sum(lp[first - 1:], dtype=np.float64))  # the tokens this window predicts
+        for (text, _, first), lp in zip(part, scorer.score([w for _, w, _ in part]).token_logprobs):
+            text_nll[text] -= float(np.sum(lp[first - 1:], dtype=np.float64))  # the tokens this window predicts
+    nll = float(text_nll.sum())
     tokens = sum(len(i) - len(start) for i in ids)
-    n_bytes = sum(len(t.encode("utf-8")) for t in shown)
-    return {"bits_per_byte": nll / math.log(2) / n_bytes, "perplexity": math.exp(nll / tokens),
+    text_bytes = [len(t.encode("utf-8")) for t in shown]
+    n_bytes = sum(text_bytes)
+    return {"bits_per_byte": nll / math.log(2) / n_bytes,
+            **bits_per_byte_interval(text_nll, text_bytes, seed=seed), "perplexity": math.exp(nll / tokens),
             "nll_per_token": nll / tokens, "nll": nll, "tokens": tokens, "bytes": n_bytes, "texts": len(shown),
             "cut": sum(len(" ".join(t.split())) > max_chars for t in texts if t.strip()),
             "max_chars": max_chars, "windows": len(pieces), "start_tokens": tok.convert_ids_to_tokens(start)}

@@ -19,10 +19,10 @@ from experiments import byod as front_end
 from lmprobe.checkpoints import load
 from lmprobe.data.corpus import Corpus
 from lmprobe.data.profanity import Profanity
-from lmprobe.engine import Scorer, make_mesh
+from lmprobe.engine import HiddenMemo, Scorer, make_mesh
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import byod
-from lmprobe.methods.byod import knowledge, long_range, next_token, toxicity
+from lmprobe.methods.byod import common, knowledge, long_range, next_token, toxicity
 from lmprobe.perturb.text import DEFAULT_TRIGGER
 from lmprobe.perturb.tokenization import chopped_ids
 from tests.engine.conftest import VOCAB, tiny_llama_dir  # noqa: F401 - the fixture
@@ -169,18 +169,62 @@ def test_long_range_k0_is_zero_and_ablation_is_reported(scorer):
     assert metric.score > 1e-3
 
 
-def test_word_order_median_and_tokenization_mean_of_direct_jsd(scorer):
-    words = next_token.word_order(scorer, _sentences(), n_swaps=1, seed=1, **FEW)
-    direct = [_jsd(_logits(scorer, _ids(scorer, r["text"]))[-1], _logits(scorer, _ids(scorer, r["swapped"]))[-1])
-              for r in words.records]
-    assert words.n == 6 and words.score == pytest.approx(np.median(direct), abs=1e-5)
-    assert all(0 <= r["jsd"] <= math.log(2) for r in words.records)
+def test_word_order_with_its_readings_and_tokenization_against_direct_jsd(scorer):
+    memo, last = HiddenMemo(), {}
 
-    chopped = next_token.tokenization(scorer, _sentences(), chop=5, **FEW)
-    direct = [_jsd(_logits(scorer, _ids(scorer, r["text"]))[-1],
-                   _logits(scorer, chopped_ids(scorer.tokenizer, r["text"], 5))[-1]) for r in chopped.records]
+    def after(ids):  # the direct last-position logits, once per token sequence
+        return last.setdefault(tuple(ids), _logits(scorer, ids)[-1])
+
+    words = next_token.word_order(scorer, _sentences(), n_swaps=1, seed=1, null_chop=5, memo=memo, **FEW)
+    chopped = next_token.tokenization(scorer, _sentences(), chop=5, memo=memo, **FEW)
+    for r in words.records:
+        x, null = _ids(scorer, r["text"]), chopped_ids(scorer.tokenizer, r["text"], 5)
+        assert r["jsd"] == pytest.approx(_jsd(after(x), after(_ids(scorer, r["swapped"]))), abs=1e-5)
+        assert r["null_jsd"] == pytest.approx(_jsd(after(x), after(null)), abs=1e-5)  # the re-chopped sentence
+        assert r["next_token_entropy"] == pytest.approx(shannon(softmax(after(x))), abs=1e-4)
+    jsd, null, h = (np.asarray([r[k] for r in words.records]) for k in ("jsd", "null_jsd", "next_token_entropy"))
+    assert words.n == 6 and words.score == pytest.approx(np.median(jsd))
+    assert all(0 <= j <= math.log(2) for j in jsd)
+    e = words.extra
+    assert e["null"]["n"] == 6 and e["null"]["chop"] == 5 and e["null"]["skipped"] == {}
+    assert e["net_of_null"] == pytest.approx(np.mean(jsd - null)) == pytest.approx(jsd.mean() - null.mean())
+    assert e["null"]["mean"] == pytest.approx(null.mean()) and e["null"]["word_order_mean"] == pytest.approx(jsd.mean())
+    assert e["net_of_null_stderr"] == pytest.approx(np.std(jsd - null, ddof=1) / math.sqrt(6))
+    ratio = jsd.sum() / h.sum()  # per unit of entropy: a ratio of means, delta-method stderr
+    assert e["per_entropy"] == pytest.approx(ratio)
+    assert e["per_entropy_stderr"] == pytest.approx(np.std(jsd - ratio * h, ddof=1) / math.sqrt(6) / h.mean())
+
+    direct = [_jsd(after(_ids(scorer, r["text"])), after(chopped_ids(scorer.tokenizer, r["text"], 5)))
+              for r in chopped.records]
     assert chopped.n == 6 and chopped.score == pytest.approx(np.mean(direct), abs=1e-5)
     assert not any(r["same_ids"] for r in chopped.records)
+    assert "net_of_null" not in next_token.word_order(scorer, _sentences(), limit=2).extra  # no null by default
+
+
+def test_a_sentence_without_a_null_is_left_out_of_the_paired_reading(scorer):
+    sentences = ["A b c d e f.", "The cat was on the mat."]  # the first is not longer than a chop of 12
+    words = next_token.word_order(scorer, sentences, null_chop=12, limit=None)
+    assert words.n == 2 and words.extra["null"]["n"] == 1
+    assert words.extra["null"]["skipped"] == {next_token.TOO_SHORT_TO_CHOP: 1}
+    first, second = words.records
+    assert first["null_jsd"] is None and words.extra["net_of_null"] == pytest.approx(second["jsd"] - second["null_jsd"])
+    assert words.extra["net_of_null_stderr"] is None  # one pair: no stderr
+
+
+def test_ratio_of_means_by_hand_and_against_a_bootstrap():
+    # y = [1, 2, 3], x = [2, 2, 4]: R = 6 / 8; residuals y - R x = [-0.5, 0.5, 0], variance 0.25
+    ratio, stderr = common.ratio_of_means([1, 2, 3], [2, 2, 4])
+    assert ratio == 0.75 and stderr == pytest.approx(math.sqrt(0.25 / 3) / (8 / 3))
+    rng = np.random.default_rng(0)
+    x = rng.gamma(4.0, 1.0, 400)
+    y = 0.1 * x + rng.normal(0, 0.2, 400)
+    idx = rng.integers(0, 400, (2000, 400))
+    boot = y[idx].sum(1) / x[idx].sum(1)
+    ratio, stderr = common.ratio_of_means(y, x)
+    assert stderr == pytest.approx(boot.std(ddof=1), rel=0.1)
+    assert common.ratio_of_means([], []) == (None, None) and common.ratio_of_means([1.0], [2.0]) == (0.5, None)
+    with pytest.raises(LmprobeError, match="one denominator per numerator"):
+        common.ratio_of_means([1.0, 2.0], [1.0])
 
 
 def test_entropy_next_token_and_sentence(scorer):
@@ -324,3 +368,8 @@ def test_smollm2_scrambled_text_is_less_likely_and_jsds_are_bounded(smollm2):
     for name in ("word_order", "tokenization"):
         assert all(0 <= r["jsd"] <= math.log(2) for r in first.metrics[name].records)
         assert 0 < first.metrics[name].score < math.log(2)
+    # word order's null is the tokenization metric's pair (a byte-level BPE: same sentences here)
+    words, chopped = first.metrics["word_order"], first.metrics["tokenization"]
+    assert [r["null_jsd"] for r in words.records] == [r["jsd"] for r in chopped.records]
+    assert words.extra["null"]["n"] == 8 and math.isfinite(words.extra["net_of_null"])
+    assert words.extra["per_entropy"] > 0 and words.extra["per_entropy_stderr"] > 0

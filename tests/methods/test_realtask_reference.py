@@ -41,6 +41,9 @@ def test_probe_matches_an_sklearn_grid_search_on_the_same_folds():
                           {"logisticregression__C": list(realtask.SENTEVAL_CS)}, cv=PredefinedSplit(folds))
     search.fit(x[train], y[train])
     assert got["c"] == search.best_params_["logisticregression__C"]
+    predictions = search.predict(x[test])
+    assert {k: got[k] for k in realtask.accuracy_intervals(predictions, y[test], 3, seed=3)} == pytest.approx(
+        realtask.accuracy_intervals(predictions, y[test], 3, seed=3))  # its intervals are over its test predictions
     assert got["cv_accuracy"] == pytest.approx(search.best_score_, abs=1e-9)
     assert got["accuracy"] == pytest.approx(search.score(x[test], y[test]), abs=1e-9)
 
@@ -104,6 +107,13 @@ def test_perplexity_is_the_nll_of_every_token_after_bos(pair):
     assert got["tokens"] == tokens and got["bytes"] == sum(len(t) for t in cut)
     assert got["nll_per_token"] == pytest.approx(nll / tokens, rel=1e-4)
     assert got["bits_per_byte"] == pytest.approx(nll / math.log(2) / got["bytes"], rel=1e-4)
+    # the bootstrap resamples texts: from the per-text NLLs, the same draws as bits_per_byte_interval's
+    per_text = [-_torch_logprobs(model, [tok.bos_token_id, *tok(t, add_special_tokens=False)["input_ids"]]).sum()
+                for t in cut]
+    expected = realtask.bits_per_byte_interval(per_text, [len(t) for t in cut])
+    for key, value in expected.items():
+        assert got[key] == pytest.approx(value, rel=1e-4), key
+    assert got["bits_per_byte_low"] < got["bits_per_byte"] < got["bits_per_byte_high"]
 
 
 def test_zero_shot_picks_the_label_word_torch_scores_highest(pair):
@@ -118,6 +128,8 @@ def test_zero_shot_picks_the_label_word_torch_scores_highest(pair):
         expected.append(int(np.argmax(scores)))
     assert got["predicted_share"] == np.bincount(expected, minlength=2).tolist()
     assert got["accuracy"] == pytest.approx(np.mean(np.asarray(expected) == data.labels))
+    assert got["balanced_accuracy_stderr"] == realtask.accuracy_intervals(
+        expected, data.labels, 2)["balanced_accuracy_stderr"]
 
 
 def test_a_text_longer_than_the_context_is_scored_in_windows_each_token_once(pair, monkeypatch):

@@ -10,11 +10,12 @@ transformations of the user's own corpus (Eq. 1: SCORE = A{M(f(x), f(x')) for (x
 
 Metrics (one module per family): negation (knowledge.py, Sec. 4), toxicity (toxicity.py,
 Sec. 5), long_range (long_range.py, Sec. 6), word_order / tokenization / entropy
-(next_token.py, Secs. 7-9). REGISTRY holds one Metric per name: how it computes, its default
-example count (the paper's: 1000, word order 5000; 1000 where the paper gives none) and what its
-cache key holds. ``run`` computes the chosen ones on one model, caching each under a directory so
-that a rerun resumes. Config.examples sets a metric's count (``word_order:5000,negation:all``),
-Config.max_examples every metric's that it does not name.
+(next_token.py, Secs. 7-9; word order also net of a null perturbation, the same sentence's
+re-chopped tokenization, and per unit of next-token entropy). REGISTRY holds one Metric per name:
+how it computes, its default example count (the paper's: 1000, word order 5000; 1000 where the
+paper gives none) and what its cache key holds. ``run`` computes the chosen ones on one model,
+caching each under a directory so that a rerun resumes. Config.examples sets a metric's count
+(``word_order:5000,negation:all``), Config.max_examples every metric's that it does not name.
 
 Corpora, against the paper's: negation is meant for topic sentences of encyclopedic text (Sec.
 4.1: Wikipedia); ``topic_sentences`` keeps the first sentence of each document (a Corpus
@@ -23,6 +24,11 @@ paper (narrative text without a clear truth value); here it is WordNet's gloss e
 default (experiments.byod --benign=wordnet-examples, offline): definitional rather than benign
 text, so the normalised score is not the paper's number; pass --benign for another corpus.
 Toxicity's F-bomb count ablation (App. A.2, Fig. 16) is ``trigger_counts``.
+
+Standard errors are over examples: each example is one (x, x') pair (long-range: its JSD
+averaged over the target's positions first), so the stderr is that of a paired comparison;
+negation's normalised score subtracts an independent sample (the benign corpus), so its stderr
+adds the two in quadrature. The median's stderr (word order) is a seeded bootstrap.
 
 An encoder-decoder (T5) runs negation (each sentence scored as the decoder's target given an
 empty source, Scorer.score) and toxicity's generation score (the answer to x'); the metrics on
@@ -139,9 +145,10 @@ def _long_range(inputs: Inputs, limit: int | None) -> MetricResult:
 
 
 def _word_order(inputs: Inputs, limit: int | None) -> MetricResult:
+    # the null is the tokenization metric's headline chop: with the memo, that metric reuses its forwards
     return _ablation("n_swaps", inputs.config.n_swaps, lambda n: next_token.word_order(
-        inputs.scorer, inputs.sentences, n_swaps=n, limit=limit, seed=inputs.config.seed, progress=inputs.progress,
-        memo=inputs.memo))
+        inputs.scorer, inputs.sentences, n_swaps=n, limit=limit, seed=inputs.config.seed,
+        null_chop=inputs.config.chop[0], progress=inputs.progress, memo=inputs.memo))
 
 
 def _tokenization(inputs: Inputs, limit: int | None) -> MetricResult:
@@ -160,7 +167,8 @@ REGISTRY: dict[str, Metric] = {m.name: m for m in (
     Metric("negation", _negation, settings=_negation_settings),
     Metric("toxicity", _toxicity, settings=_toxicity_settings),
     Metric("long_range", _long_range, settings=lambda inputs: {"k": inputs.config.k_long_range}),
-    Metric("word_order", _word_order, examples=5000, settings=lambda inputs: {"n": inputs.config.n_swaps}),
+    Metric("word_order", _word_order, examples=5000,
+           settings=lambda inputs: {"n": inputs.config.n_swaps, "null_chop": inputs.config.chop[0]}),
     Metric("tokenization", _tokenization, settings=lambda inputs: {"chop": inputs.config.chop}),
     Metric("entropy", _entropy),
 )}

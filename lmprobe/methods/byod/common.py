@@ -68,6 +68,22 @@ def mean_stderr(values: Sequence[float]) -> tuple[float | None, float | None]:
     return float(x.mean()), (float(x.std(ddof=1) / math.sqrt(x.size)) if x.size > 1 else None)
 
 
+def ratio_of_means(numerators: Sequence[float], denominators: Sequence[float]) -> tuple[float | None, float | None]:
+    """R = sum(y) / sum(x) over paired examples and its delta-method standard error,
+    sqrt(sum((y_i - R x_i)^2) / (n - 1) / n) / mean(x); None where undefined (no example, a zero
+    denominator; the stderr needs two examples)."""
+    y, x = np.asarray(numerators, np.float64), np.asarray(denominators, np.float64)
+    if y.shape != x.shape:
+        raise LmprobeError(f"ratio_of_means needs one denominator per numerator: got {x.size} for {y.size}")
+    if y.size == 0 or x.sum() == 0:
+        return None, None
+    ratio = float(y.sum() / x.sum())
+    if y.size == 1:
+        return ratio, None
+    residual = y - ratio * x
+    return ratio, float(math.sqrt(residual @ residual / (y.size - 1) / y.size) / abs(x.mean()))
+
+
 def median_stderr(values: Sequence[float], seed: int) -> tuple[float | None, float | None]:
     """Median and its bootstrap standard error (seeded resamples)."""
     x = np.asarray(values, np.float64)
