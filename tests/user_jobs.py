@@ -23,8 +23,8 @@ import time
 JOBS = {
     "smoke": ["smoke"],
     "syntextbench-encoder": ["syntextbench", "--model=minilm-l6", "--n=256", "--levels=0,0.5", "--no_baselines"],
-    "syntextbench-decoder": ["syntextbench", "--model=smollm2-135m", "--n=256", "--levels=0,0.5", "--no_baselines",
-                             "--icl_examples=16"],
+    "syntextbench-decoder": ["syntextbench", "--model=smollm2-135m", "--n=200", "--levels=0,0.5", "--no_baselines",
+                             "--icl_examples=4"],
     "byod-decoder": ["byod", "--model=smollm2-135m", "--max_examples=8", "--examples=toxicity:4"],
     "scope-decoder": ["scope", "--reference=smollm2-135m", "--target=smollm2-135m@bf16", "--max_examples=4",
                       "--trials=1", "--capability=typo"],
@@ -36,7 +36,7 @@ JOBS = {
                        "--n_templates=1", "--m_samples=1", "--label_names=negative,positive"],
     "validate": ["validate", "--models=minilm-l6,minilm-l6@noise=0.05,minilm-l6@noise=0.1",
                  "--proxies=syntextbench", "--tasks=probes", "--syntextbench_n=200", "--syntextbench_levels=0,0.5",
-                 "--probe_train=40", "--probe_test=30", "--bootstrap=50"],
+                 "--syntextbench_trials=1", "--probe_train=40", "--probe_test=30", "--bootstrap=50"],
     "train": ["train", "--preset=tiny"],
     "sweep": ["sweep", "--checkpoints={jobs}/train/checkpoints", "--methods=byod", "--byod_examples=8",
               "--heldout=fortunes", "--heldout_texts=8"],  # the train job's checkpoints

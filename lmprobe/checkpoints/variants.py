@@ -10,7 +10,8 @@ Sec. 4 compares design choices).
                        tensor (per layer of stacked layers), seeded by the tensor's path, so the
                        same name is the same model in every run (a ladder of known order)
 
-Variants compose left to right: "smollm2-135m@int8@drop-layer=3".
+Variants compose left to right: "smollm2-135m@int8@drop-layer=3". ``ladder_position`` places a name
+on a ladder of known order (noise level, layers dropped).
 """
 
 from __future__ import annotations
@@ -43,6 +44,21 @@ def split_name(name: str) -> tuple[str, list[str]]:
             raise LmprobeError(f"unknown model variant '@{v}' in '{name}': use one of "
                                f"{', '.join('@' + k for k in KINDS)}")
     return base, variants
+
+
+def ladder_position(name: str) -> tuple[str, str, float] | None:
+    """(the model the ladder starts from, ladder kind, level) of a variant whose quality is known to fall
+    with the level, or None (a base model, or @bf16 / @int8 last): 'm@noise=0.1' -> ('m', 'noise', 0.1);
+    'm@drop-layer=3@drop-layer=5' -> ('m', 'drop-layer', 2), the number of layers dropped."""
+    base, names = split_name(name)
+    if not names or names[-1] in ("bf16", "int8"):
+        return None
+    if names[-1].startswith("noise="):
+        return "@".join([base, *names[:-1]]), "noise", _sigma(names[-1])
+    kept = list(names)
+    while kept and kept[-1].startswith("drop-layer="):
+        kept.pop()
+    return "@".join([base, *kept]), "drop-layer", float(len(names) - len(kept))
 
 
 def _sigma(variant: str) -> float | None:

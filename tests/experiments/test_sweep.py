@@ -76,7 +76,8 @@ def test_one_row_per_step_with_intervals_and_heldout_loss_and_a_rerun_loads_noth
     rows = result["rows"]
     assert [(r["step"], os.path.basename(r["checkpoint"]), r["format"]) for r in rows] == [
         (100, "step_100", "hf"), (200, "step_200", "hf"), (300, "step_300", "hf")]
-    assert set(rows[0]["proxies"]) == {"syntextbench", "synbench", "synbench_eps0.2",
+    assert set(rows[0]["proxies"]) == {"syntextbench", "synbench", "synbench_corrected", "synbench_ceiling",
+                                       "synbench_eps0.2", *sweep.proxies.BYOD_READINGS,
                                        *(f"byod_{m}" for m in sweep.proxies.BYOD_METRICS)}
     negation = rows[0]["proxies"]["byod_negation"]
     assert negation["low"] < negation["value"] < negation["high"]

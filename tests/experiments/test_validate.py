@@ -1,64 +1,277 @@
-"""experiments.validate end to end on a tiny random Llama and its noise ladder, with the real
-labelled data (installed by the README set-up; skipped where it is not)."""
+"""experiments.validate: ladders found from model names and a training run's checkpoints, one point
+per base model, trends with exact p, the summary text (synthetic records, no model), and end to end
+with every method faked (known outputs): the methods' own tests cover the methods, and a real run
+on a tiny model takes minutes."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import os
+import types
 
 import pytest
+from scipy import stats
 
 from experiments import validate
-from lmprobe.data import labelled
+from lmprobe.errors import LmprobeError
+from lmprobe.methods import proxies
 
-pytestmark = pytest.mark.skipif(not all(labelled.installed(n) for n in labelled.NAMED),
-                                reason="real labelled data not installed (README set-up: experiments.assets)")
-
-SMALL = ["--syntextbench_n=200", "--syntextbench_levels=0,0.5", "--synbench_n=80", "--synbench_scales=0.5,2",
-         "--byod_examples=6", "--probe_train=40", "--probe_test=30", "--zero_shot_examples=12", "--prose_texts=3",
-         "--prose_chars=200", "--bootstrap=50", "--batch_size=8", "--verbosity=warning"]
-
-
-def _run(tmp_path, models, capsys):
-    validate.main([f"--models={','.join(models)}", f"--output_dir={tmp_path}", *SMALL])
-    return json.loads((tmp_path / "results.json").read_text()), capsys.readouterr().out
-
-
-def test_every_proxy_against_every_task_and_a_rerun_computes_nothing(tiny_llama_dir, tmp_path, capsys):
-    models = [str(tiny_llama_dir), f"{tiny_llama_dir}@noise=0.3", f"{tiny_llama_dir}@drop-layer=1"]
-    result, out = _run(tmp_path, models, capsys)
-    assert [r["model"] for r in result["models"]] == models
-    numbers = result["models"][0]["numbers"]
-    expected = {"syntextbench", "synbench", "synbench_eps0.2", *(f"byod_{m}" for m in validate.BYOD_METRICS),
-                "probe_rt_polarity", "probe_tweets", "zero_shot_rt_polarity", "zero_shot_tweets",
-                "prose_bits_per_byte"}
-    assert set(numbers) == expected
-    assert 0 <= numbers["probe_rt_polarity"] <= 1 and numbers["prose_bits_per_byte"] > 0
-    table = result["correlations"]["decoders"]
-    assert table["models"] == models
-    pairs = {(row["proxy"], row["task"]) for row in table["rows"]}
-    assert len(pairs) == 7 * 5 and all(row["n"] <= 3 for row in table["rows"])
-    assert (tmp_path / "scatter-decoders.png").stat().st_size > 0
-    assert "proxy vs real task" in out and "results in" in out
-
-    cached = sorted(os.listdir(tmp_path / "models"))
-    again, _ = _run(tmp_path, models, capsys)  # every stage from the cache: same numbers, no new files
-    assert [r["numbers"] for r in again["models"]] == [r["numbers"] for r in result["models"]]
-    assert sorted(os.listdir(tmp_path / "models")) == cached
+ARGS = types.SimpleNamespace(bootstrap=50, seed=0, pooled=True, synbench_n=None, synbench_n_per_width=20,
+                             proxies=validate.PROXIES)
+# a base model's noise ladder: syntextbench falls with noise, the probe does not; bits per byte rises
+NUMBERS = {
+    "dec-a": (0.50, 0.80, 1.1), "dec-a@noise=0.1": (0.40, 0.82, 1.5), "dec-a@noise=0.3": (0.30, 0.60, 6.5),
+    "dec-b": (0.45, 0.75, 1.3), "dec-b@drop-layer=1": (0.41, 0.70, 1.6), "dec-b@drop-layer=3": (0.42, 0.71, 1.7),
+    "dec-c": (0.20, 0.55, 1.9), "dec-c@int8": (0.21, 0.56, 1.9), "dec-d": (0.35, 0.62, 1.4),
+    "enc-e": (0.6, 0.9, None), "enc-e@noise=0.1": (0.5, 0.8, None), "enc-e@noise=0.2": (0.4, 0.7, None),
+    "enc-f": (0.3, 0.7, None),
+}
 
 
-def test_synbench_with_fewer_samples_than_dimensions_is_refused(tiny_llama_dir, tmp_path, capsys):
-    # n <= width: the plug-in classifier overfits and the score is 0 for any model, the identity included
-    argv = [f"--models={tiny_llama_dir},{tiny_llama_dir}@noise=0.1,{tiny_llama_dir}@noise=0.2", "--proxies=synbench",
-            "--tasks=probes", f"--output_dir={tmp_path}", *SMALL, "--synbench_n=64"]
+def _record(label: str, numbers=None) -> dict:
+    entry = validate.model_entry(label)
+    syn, probe, bpb = numbers or NUMBERS[label]
+    values = {"syntextbench": syn, "synbench_ceiling": 0.99, "probe_rt_polarity": probe}
+    if bpb is not None:
+        values["prose_bits_per_byte"] = bpb
+    return {"model": label, "label": label, "base": entry.base, "ladder": list(entry.ladder) if entry.ladder else None,
+            "group": "encoders" if label.startswith("enc") else "decoders", "width": 64, "numbers": values,
+            "stderr": {"syntextbench": 0.02, "probe_rt_polarity": 0.01}}
+
+
+RECORDS = [_record(label) for label in NUMBERS]
+
+
+def test_model_names_are_placed_on_ladders_of_known_order():
+    assert validate.model_entry("m@noise=0.1") == validate.Entry("m@noise=0.1", "m@noise=0.1", "m",
+                                                                 ("m @noise", 0.1, validate.FALLS))
+    assert validate.model_entry("m@int8@drop-layer=2@drop-layer=5").ladder == ("m@int8 @drop-layer", 2.0,
+                                                                                validate.FALLS)
+    assert validate.model_entry("m@int8").ladder is None and validate.model_entry("m@int8").base == "m"
+    with pytest.raises(LmprobeError, match="unknown model variant"):
+        validate.model_entry("m@fp4")
+
+
+def test_a_ladder_needs_three_members_of_distinct_levels_and_correlations_one_point_per_base():
+    decoders = [r for r in RECORDS if r["group"] == "decoders"]
+    ladders, notes = validate.find_ladders(decoders)
+    assert ladders == {"dec-a @noise": {"direction": "falls", "models": ["dec-a", "dec-a@noise=0.1", "dec-a@noise=0.3"],
+                                        "levels": [0.0, 0.1, 0.3], "indices": [0, 1, 2]}}
+    assert notes == ["dec-b @drop-layer: members share a level ([0.0, 1.0, 1.0]): no known order, not a ladder"]
+    picked, notes = validate.base_points(decoders)
+    assert [decoders[i]["label"] for i in picked] == ["dec-a", "dec-b", "dec-c", "dec-d"] and notes == []
+    # a base measured only as variants: its first variant stands for it, and says so
+    picked, notes = validate.base_points([_record("x@int8", (0.1, 0.5, 1.0)), _record("dec-d")])
+    assert picked == [0, 1] and notes == ["x was not measured itself: x@int8 stands for it"]
+
+
+def _fake_run(root, losses: dict) -> str:
+    """lmprobe Orbax step directories (meta/metadata and params/) as discover and orbax_io.find see them."""
+    for step, loss in losses.items():
+        os.makedirs(root / "checkpoints" / str(step) / "params")
+        os.makedirs(root / "checkpoints" / str(step) / "meta")
+        (root / "checkpoints" / str(step) / "meta" / "metadata").write_text(json.dumps(
+            {"format": "lmprobe-orbax", "hf_config": {}, "metadata": {"heldout_loss": loss}}))
+    return str(root / "checkpoints")
+
+
+def test_a_training_run_is_a_ladder_by_step_and_its_last_checkpoint_stands_for_it(tmp_path):
+    run = _fake_run(tmp_path / "myrun", {100: 5.0, 8: 7.5, 32: 6.1})
+    got = validate.checkpoint_entries(run)
+    assert [(e.label, e.ladder, e.heldout_loss) for e in got] == [
+        ("myrun@step=8", ("myrun training steps", 8, "rises"), 7.5),
+        ("myrun@step=32", ("myrun training steps", 32, "rises"), 6.1),
+        ("myrun@step=100", ("myrun training steps", 100, "rises"), 5.0)]
+    records = [{"label": e.label, "base": e.base, "ladder": list(e.ladder)} for e in got]
+    assert validate.base_points(records) == ([2], ["myrun: its last checkpoint myrun@step=100 stands for the run"])
+    assert validate.find_ladders(records)[0]["myrun training steps"]["models"] == [e.label for e in got]
+    assert validate.run_name(f"{tmp_path}/myrun/checkpoints/*") == "myrun"
+
+
+def _exact_p(x, y, statistic) -> float:
+    """Two-sided permutation p by enumerating every ordering of y with scipy's statistic."""
+    observed = abs(statistic(x, y).statistic)
+    values = [abs(statistic(x, [y[i] for i in order]).statistic) for order in itertools.permutations(range(len(y)))]
+    return sum(v >= observed - 1e-12 for v in values) / len(values)
+
+
+def test_trends_along_ladders_have_exact_p_and_correlations_use_base_models_only():
+    trends = validate.ladder_trends(RECORDS, ARGS)
+    rows = {(r["ladder"], r["name"]): r for r in trends["decoders"]["rows"]}
+    syn = rows[("dec-a @noise", "syntextbench")]  # falls with noise as quality does: tau signed +1
+    tau = stats.kendalltau([0, 1, 2], [0.50, 0.40, 0.30]).statistic
+    assert syn["tau"] == pytest.approx(-tau) == pytest.approx(1.0) and syn["monotone"] == 1 and syn["follows"]
+    assert syn["p"] == pytest.approx(2 / math.factorial(3))  # exact: 2 of the 3! orderings are as extreme
+    probe = rows[("dec-a @noise", "probe_rt_polarity")]  # 0.80, 0.82, 0.60: not monotone
+    assert probe["tau"] == pytest.approx(-stats.kendalltau([0, 1, 2], [0.80, 0.82, 0.60]).statistic)
+    assert probe["monotone"] == 0
+    bpb = rows[("dec-a @noise", "prose_bits_per_byte")]  # lower is better, rises with noise: follows
+    assert bpb["tau"] == pytest.approx(1.0) and bpb["follows"]
+
+    correlations = validate.correlate(RECORDS, ARGS)
+    decoders = correlations["decoders"]
+    assert decoders["models"] == ["dec-a", "dec-b", "dec-c", "dec-d"]
+    row = next(r for r in decoders["rows"] if (r["proxy"], r["task"]) == ("syntextbench", "probe_rt_polarity"))
+    x, y = [0.50, 0.45, 0.20, 0.35], [0.80, 0.75, 0.55, 0.62]
+    assert row["n"] == 4 and row["spearman"]["estimate"] == pytest.approx(stats.spearmanr(x, y).statistic)
+    assert row["spearman"]["p"] == pytest.approx(_exact_p(x, y, stats.spearmanr))
+    assert row["kendall"]["p"] == pytest.approx(_exact_p(x, y, stats.kendalltau))
+    assert "synbench_ceiling" not in {r["proxy"] for r in decoders["rows"]}  # a reference, not a proxy
+    assert len(decoders["pooled"]["models"]) == 9 and "not independent" in decoders["pooled"]["why"]
+    assert correlations["encoders"]["rows"] == [] and "2 base models" in correlations["encoders"]["note"]
+
+
+def test_summary_names_models_errors_ladders_and_the_power_of_each_correlation():
+    correlations = validate.correlate(RECORDS, ARGS)
+    trends, resolved = validate.ladder_trends(RECORDS, ARGS), validate.resolved(RECORDS)
+    assert resolved["decoders"]["syntextbench"]["n_pairs"] == 36
+    assert ["dec-c", "dec-c@int8"] in resolved["decoders"]["syntextbench"]["unresolved"]  # 0.01 apart, se 0.02
+    text = validate.summary(RECORDS, correlations, trends, resolved)
+    print(text)
+    assert "0.5000±0.0200" in text and "1.1000 " in text  # ± where a standard error exists, the value alone else
+    assert "ladder dec-a @noise (known order: dec-a < dec-a@noise=0.1 < dec-a@noise=0.3; quality falls" in text
+    assert "members share a level" in text
+    assert "variants dropped: dec-a@noise=0.1" in text and "cannot reach p < 0.05" in text
+    assert "2 base models (enc-e, enc-f)" in text and "pooled: every model" in text
+
+
+def test_a_fixed_synbench_n_at_or_below_the_width_is_refused(tmp_path, monkeypatch, capsys):
+    FakeMethods(monkeypatch)
     with pytest.raises(SystemExit):
-        validate.main(argv)
-    assert "--synbench_n=64 is not above" in capsys.readouterr().err
+        validate.main(["--models=a,b,c", "--proxies=synbench", "--tasks=probes", "--synbench_n=64",
+                       f"--output_dir={tmp_path}", "--verbosity=warning"])
+    assert "--synbench_n=64 is not above a's width 64" in capsys.readouterr().err
+
+
+def test_a_fixed_synbench_n_across_widths_is_refused():
+    args = types.SimpleNamespace(**{**vars(ARGS), "synbench_n": 2048})
+    validate.check_synbench_widths({"a": 384, "b": 384}, "encoders", args)
+    with pytest.raises(LmprobeError, match=r"a \(width 384, n / width 5.3\), b \(width 768, n / width 2.7\)"):
+        validate.check_synbench_widths({"a": 384, "b": 768}, "encoders", args)
+
+
+def test_main_writes_results_and_plots_from_measured_records(tmp_path, monkeypatch, capsys):
+    by_label, figures = {r["label"]: r for r in RECORDS}, []
+    monkeypatch.setattr(validate, "load_data", lambda args: None)
+    monkeypatch.setattr(validate, "measure", lambda entry, *rest: by_label[entry.label])
+    monkeypatch.setattr(validate.gc, "collect", lambda: 0)  # no weights to free; a full collection takes 0.5 s
+    monkeypatch.setattr(validate.plots, "save_figure",
+                        lambda fig, path: (figures.append(os.path.basename(path)), validate.plots.plt.close(fig)))
+    validate.main([f"--models={','.join(NUMBERS)}", f"--output_dir={tmp_path}", "--bootstrap=50",
+                   "--verbosity=warning"])
+    result = json.loads((tmp_path / "results.json").read_text())
+    assert set(result) >= {"models", "correlations", "ladders", "resolved"}
+    assert result["correlations"]["decoders"]["models"] == ["dec-a", "dec-b", "dec-c", "dec-d"]
+    assert "pooled" not in result["correlations"]["decoders"]  # only with --pooled
+    assert figures == ["scatter-decoders.png", "scatter-encoders.png"]  # drawn: lmprobe/report tests
+    assert "across base models" in capsys.readouterr().out
+
+
+class FakeMethods:
+    """Every method validate calls, faked with known outputs (a model's outputs follow its noise
+    level), counting calls: the plumbing from methods to numbers, errors, caches and ladders."""
+
+    def __init__(self, monkeypatch):
+        self.calls = []
+        m = monkeypatch.setattr
+        sets = {"rt_polarity": ([], []), "tweets": ([], [])}
+        m(validate, "load_data", lambda args: validate.Data(sets, [], proxies.Inputs(
+            tasks=[None] * args.syntextbench_trials)))
+        m(validate.cli, "load_scorer", lambda args, name: types.SimpleNamespace(
+            name=name, is_decoder=True, config=types.SimpleNamespace(hidden_size=64), identity={"name": name}))
+        m(validate.gc, "collect", lambda: 0)
+        m(validate.plots, "scatter_grid", lambda *a, **kw: self.calls.append(("scatter", a[-1])))
+        m(proxies.syntextbench, "run", self.syntextbench)
+        m(proxies.synbench, "scorer_representation", lambda scorer, name, **kw: scorer)
+        m(proxies.synbench, "run", self.synbench)
+        m(proxies.synbench, "ceiling", lambda width, config, **kw: self.synbench(None, config, ceiling=width))
+        m(proxies.byod, "run", self.byod)
+        m(validate.realtask, "probe", lambda scorer, *a, **kw: self.task(scorer, "probe", "balanced_accuracy"))
+        m(validate.realtask, "zero_shot", lambda scorer, *a, **kw: self.task(scorer, "zero_shot", "balanced_accuracy"))
+        m(validate.realtask, "perplexity", lambda scorer, *a, **kw: self.task(scorer, "prose", "bits_per_byte"))
+
+    @staticmethod
+    def noise(scorer) -> float:
+        return float(scorer.name.rsplit("=", 1)[1]) if "@noise=" in scorer.name else 0.0
+
+    def syntextbench(self, scorer, config, **kw):
+        self.calls.append(("syntextbench", scorer.name, config.seed))
+        return types.SimpleNamespace(score=0.5 - self.noise(scorer) + 0.1 * config.seed, config=config,
+                                     scores_by_a_t={}, icl_accuracy_mean=None)
+
+    def synbench(self, scorer, config, ceiling=None, **kw):
+        self.calls.append(("synbench", getattr(scorer, "name", ceiling), config.n))
+        score = 0.9 if ceiling else 0.4 - self.noise(scorer)
+        return types.SimpleNamespace(scores=[{"eps": 0.0, "a_t": 0.7, "score": score, "score_corrected": score + 0.1},
+                                             {"eps": 0.2, "a_t": 0.7, "score": score / 2}])
+
+    def byod(self, scorer, corpus, config, **kw):
+        self.calls.append(("byod", scorer.name))
+        extra = {"normalized": 0.3, "normalized_stderr": 0.03, "net_of_null": 0.2, "net_of_null_stderr": 0.02,
+                 "per_entropy": 0.1, "per_entropy_stderr": 0.01}
+        metric = types.SimpleNamespace(score=self.noise(scorer), stderr=0.01, extra=extra)
+        return types.SimpleNamespace(metrics=dict.fromkeys(config.metrics, metric))
+
+    def task(self, scorer, name, key):
+        self.calls.append((name, scorer.name))
+        return {key: 0.8 - self.noise(scorer), f"{key}_stderr": 0.02}
+
+
+def test_every_method_reaches_the_numbers_with_its_errors_and_a_rerun_computes_nothing(tmp_path, monkeypatch,
+                                                                                       capsys):
+    fake = FakeMethods(monkeypatch)
+    models = ["m", "m@noise=0.1", "m@noise=0.2", "other", "third"]
+    argv = [f"--models={','.join(models)}", f"--output_dir={tmp_path}", "--syntextbench_trials=2",
+            "--bootstrap=20", "--verbosity=warning"]
+    validate.main(argv)
+    result = json.loads((tmp_path / "results.json").read_text())
+    record = result["models"][1]  # m@noise=0.1
+    assert record["numbers"]["syntextbench"] == pytest.approx(0.45)  # trials 0.4 and 0.5
+    assert record["stderr"]["syntextbench"] == pytest.approx(0.05)  # std 0.0707 / sqrt(2)
+    assert record["numbers"]["synbench"] == pytest.approx(0.3) and record["numbers"]["synbench_corrected"] == 0.4
+    assert record["numbers"]["synbench_ceiling"] == 0.9 and record["synbench_n"] == 20 * 64
+    assert ("synbench", "m@noise=0.1", 1280) in fake.calls and ("synbench", 64, 1280) in fake.calls
+    assert record["numbers"]["byod_negation_normalized"] == 0.3 and record["stderr"]["byod_word_order_net"] == 0.02
+    assert record["stderr"]["probe_tweets"] == 0.02 and record["stderr"]["prose_bits_per_byte"] == 0.02
+    decoders = result["correlations"]["decoders"]
+    assert decoders["models"] == ["m", "other", "third"] and decoders["dropped"] == ["m@noise=0.1", "m@noise=0.2"]
+    assert {r["proxy"] for r in decoders["rows"]} >= {"synbench_corrected", "byod_negation_normalized"}
+    assert "synbench_ceiling" not in {r["proxy"] for r in decoders["rows"]}
+    ladder = {r["name"]: r for r in result["ladders"]["decoders"]["rows"]}
+    assert ladder["synbench"]["tau"] == pytest.approx(1.0) and ladder["byod_negation"]["tau"] == pytest.approx(-1.0)
+    assert "ladder m @noise (known order: m < m@noise=0.1 < m@noise=0.2" in capsys.readouterr().out
+
+    computed = [c for c in fake.calls if c[0] != "scatter"]
+    assert fake.calls.count(("scatter", str(tmp_path / "scatter-decoders.png"))) == 1
+    validate.main(argv)  # every stage from the cache
+    assert [c for c in fake.calls if c[0] != "scatter"] == computed
+    assert [r["numbers"] for r in json.loads((tmp_path / "results.json").read_text())["models"]] == [
+        r["numbers"] for r in result["models"]]
+
+
+def test_a_training_run_joins_as_a_ladder_with_its_heldout_loss(tmp_path, monkeypatch, capsys):
+    FakeMethods(monkeypatch)
+    run = _fake_run(tmp_path / "tiny", {0: 8.0, 10: 6.5, 20: 5.0})
+    validate.main([f"--ladder_checkpoints={run}", f"--output_dir={tmp_path / 'out'}", "--proxies=synbench",
+                   "--tasks=prose", "--bootstrap=20", "--verbosity=warning"])
+    result = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert [r["numbers"]["heldout_loss"] for r in result["models"]] == [8.0, 6.5, 5.0]
+    trends = result["ladders"]["decoders"]
+    assert trends["ladders"]["tiny training steps"]["direction"] == "rises"
+    heldout = next(r for r in trends["rows"] if r["name"] == "heldout_loss")
+    assert heldout["tau"] == pytest.approx(1.0) and heldout["follows"]  # the loss falls with training
+    tracking = trends["training"]["tiny training steps"]
+    assert {(r["proxy"], r["task"]) for r in tracking} >= {("synbench", "heldout_loss")}
+    out = capsys.readouterr().out
+    assert "across the run's checkpoints" in out and "1 base model" in out
 
 
 def test_bad_flags_fail_before_any_model_loads(tmp_path, capsys):
     for argv, message in ((["--models=a,b,c", "--proxies=nope"], "--proxies=nope: choose from"),
-                          (["--models=a@fp4"], "unknown model variant"), ([], "give the models")):
+                          (["--models=a@fp4"], "unknown model variant"), ([], "give the models"),
+                          ([f"--ladder_checkpoints={tmp_path}/none"], "does not exist")):
         with pytest.raises(SystemExit):
             validate.main([*argv, f"--output_dir={tmp_path}"])
         assert message in capsys.readouterr().err

@@ -66,3 +66,21 @@ def test_inputs_that_do_not_match_the_models_are_refused(tmp_path):
         plots.scatter_grid({"p": [1.0, 2.0, 3.0]}, {"t": [1.0, 2.0, 3.0]}, ["a", "b", "c"], ["x", "y"],
                            str(tmp_path / "x.png"))
     assert not (tmp_path / "x.png").exists()
+
+
+def test_standard_errors_are_drawn_as_95_percent_bars(monkeypatch, tmp_path):
+    figures = []
+    monkeypatch.setattr(plots, "save_figure", lambda fig, path: figures.append(fig))
+    stderr = {"syntextbench": [0.01, 0.02, None, 0.01, 0.01, 0.03], "rt_polarity": [0.02] * 6}
+    plots.scatter_grid(PROXIES, TASKS, MODELS, GROUPS, str(tmp_path / "x.png"), lower_is_better=LOWER, stderr=stderr)
+    (fig,) = figures
+    try:
+        axes = np.array(fig.axes).reshape(2, 3)
+        bars = [c for c in axes[0, 0].containers if c.has_yerr]  # one bar container per group
+        segments = [seg for c in bars for lines in c.lines[2] for seg in lines.get_segments()]
+        vertical = [seg for seg in segments if len(seg) == 2 and np.isfinite(seg).all() and seg[0][0] == seg[1][0]]
+        half = sorted(round(abs(seg[1][1] - seg[0][1]) / 2, 4) for seg in vertical)
+        assert half == sorted(round(1.959964 * e, 4) for e in (0.01, 0.02, 0.01, 0.01, 0.03))  # None: no bar
+        assert not [c for c in axes[1, 1].containers if c.has_yerr or c.has_xerr]  # no errors for these names
+    finally:
+        plots.plt.close(fig)
