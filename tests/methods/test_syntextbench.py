@@ -165,8 +165,8 @@ def test_minilm_end_to_end_difficulty_steers_and_rerun_uses_cache(tmp_path, caps
 
 @pytest.mark.slow
 def test_two_models_with_decoder_icl_and_baselines(tmp_path):
-    front_end.main(["--model=minilm-l6,smollm2-135m", "--n=200", "--levels=0,0.2", "--baseline_steps=50",
-                    "--icl_examples=16", f"--output_dir={tmp_path}"])
+    front_end.main(["--model=minilm-l6,smollm2-135m", "--n=200", "--levels=0,0.2", "--baseline_steps=10",
+                    "--icl_examples=4", f"--output_dir={tmp_path}"])
     comparison = json.loads((tmp_path / "comparison.json").read_text())
     assert [row["model"] for row in comparison] == ["minilm-l6", "smollm2-135m"]
     smol = json.loads((tmp_path / "smollm2-135m" / "results.json").read_text())
