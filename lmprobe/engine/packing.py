@@ -7,8 +7,9 @@ and its negation: everything up to "is" once). Pairs with no common prefix are p
 way (two sequences in one row); a pair whose row would be longer than ``limit`` (the context)
 gets one row per sequence, and an input given as None (its states are known) gets none.
 
-``pack_continuations`` packs lm-eval's (context, continuation) requests the same way: every
-continuation of one context shares a row with the context, which runs once.
+``pack_continuations`` packs lm-eval's (context, continuation) requests the same way where it pays:
+continuations of one long context share a row of at most about twice one sequence, the context run
+once; the rest (rolling windows, short contexts) are plain causal sequences, batched by length.
 
 ``shared=False`` (a model without packed rows, Family.packing) gives every sequence a row of its
 own: the same results from the unpacked steps (lmprobe.engine.steps, ``packed=False``).
@@ -75,75 +76,105 @@ def pack_pairs(a: Sequence[Sequence[int] | None], b: Sequence[Sequence[int] | No
                   [s for _, s in placed])
 
 
+PACK_MIN_CONTEXT = 16  # context tokens below which a context's continuations get plain rows of their own
+
+
 @dataclasses.dataclass(frozen=True)
 class ContinuationRow:
-    """A context and some of its continuations in one row: the context but its last token
-    (PREFIX), then for each continuation (segment 1, 2, ...) the context's last token and the
-    continuation but its last token, at the positions that follow the context. Slot
-    ``start + k`` predicts ``targets[k]``, the continuations' tokens one after another."""
+    """A context and some of its continuations in one row: the context (PREFIX), then for each
+    continuation of two or more tokens (segment 1, 2, ...) its tokens but the last, at the positions
+    that follow the context. Slot ``slots[k]`` predicts ``targets[k]``, the continuations' tokens
+    one after another (a continuation's first token: the context's last slot, shared by all)."""
 
     ids: list[int]
     segments: np.ndarray
     positions: np.ndarray
+    slots: np.ndarray
     targets: np.ndarray
-    start: int
+
+    @property
+    def packed(self) -> bool:
+        """Whether the row needs the segment mask (two segments or more); else it is one causal sequence."""
+        return int(self.segments.max(initial=0)) > 1
 
     @classmethod
     def of(cls, context: tuple[int, ...], continuations: list[tuple[int, ...]]) -> ContinuationRow:
-        start = len(context) - 1  # the context's last token opens every segment: one target per slot
-        ids, segments, positions = list(context[:-1]), [PREFIX] * start, list(range(start))
-        for segment, continuation in enumerate(continuations, 1):
-            ids += [context[-1], *continuation[:-1]]
-            segments += [segment] * len(continuation)
-            positions += range(start, start + len(continuation))
+        last = len(context) - 1
+        ids, segments, positions, slots = list(context), [PREFIX] * len(context), list(range(len(context))), []
+        segment = 0
+        for continuation in continuations:
+            slots += [last, *range(len(ids), len(ids) + len(continuation) - 1)]
+            if len(continuation) > 1:
+                segment += 1
+                ids += continuation[:-1]
+                segments += [segment] * (len(continuation) - 1)
+                positions += range(len(context), len(context) + len(continuation) - 1)
         targets = [t for continuation in continuations for t in continuation]
-        return cls(ids, np.asarray(segments, np.int32), np.asarray(positions, np.int32),
-                   np.asarray(targets, np.int32), start)
+        return cls(ids, np.asarray(segments, np.int32), np.asarray(positions, np.int32), np.asarray(slots, np.int32),
+                   np.asarray(targets, np.int32))
 
 
 @dataclasses.dataclass(frozen=True)
 class Continuations:
     """Rows to run for (context, continuation) pairs; pair i's continuation is scored by targets
-    ``offset[i] .. offset[i] + length[i]`` of row ``row[i]`` (an empty continuation: row -1)."""
+    ``first[i] .. first[i] + length[i]`` of the rows' targets laid end to end (row 0's, then row 1's, ...)."""
 
     rows: list[ContinuationRow]
-    row: np.ndarray
-    offset: np.ndarray
+    first: np.ndarray
     length: np.ndarray
+
+
+def chunked(context: tuple[int, ...], continuations: list[tuple[int, ...]], limit: int, shared: bool) -> list[list]:
+    """The continuations of one context, in rows. Several continuations of two or more tokens share a
+    row only when the context is long enough to pay for the segment mask (``PACK_MIN_CONTEXT``), and
+    then a row's continuation tokens stay within the context's length (or one continuation's): a row is
+    at most about twice one sequence, never a context-long pile of unrelated ones. Otherwise each such
+    continuation is a plain causal sequence. One-token continuations ride on the first row: they are
+    all predicted at the context's last slot."""
+    multi = [c for c in continuations if len(c) > 1]
+    pack = shared and len(context) >= PACK_MIN_CONTEXT and len(multi) > 1
+    room = max([len(context), *map(len, multi)])
+    chunks, size = [[]], 0
+    for continuation in multi:
+        grows = len(continuation) - 1
+        if chunks[-1] and (not pack or size + grows > room or len(context) + size + grows > limit):
+            chunks.append([])
+            size = 0
+        chunks[-1].append(continuation)
+        size += grows
+    chunks[0] += [c for c in continuations if len(c) == 1]
+    return chunks
 
 
 def pack_continuations(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], limit: int, *,
                        shared: bool = True) -> Continuations:
     """Rows for (context ids, continuation ids) pairs, as lm-eval's HF backend reads them: context
-    + continuation cut on the left to ``limit`` + 1 tokens. The distinct continuations of one
-    context share rows of at most ``limit`` tokens, in order (not ``shared``: a row each)."""
+    + continuation cut on the left to ``limit`` + 1 tokens. Equal pairs are scored once; the distinct
+    continuations of one context go in rows by ``chunked`` (not ``shared``: no row holds two segments)."""
     keys, groups = [], {}
-    for context, continuation in pairs:
+    for i, (context, continuation) in enumerate(pairs):
+        if not len(continuation):
+            raise LmprobeError(f"request {i} has an empty continuation (nothing to score; lm-eval's hf backend "
+                               "fails on it with an assertion): give every choice or target some text")
         if len(continuation) > limit:
-            raise LmprobeError(f"a continuation of {len(continuation)} tokens does not fit the context of "
-                               f"{limit}: shorten the task's targets or raise max_length")
+            raise LmprobeError(f"request {i}: a continuation of {len(continuation)} tokens does not fit the context "
+                               f"of {limit}: shorten the task's targets or raise max_length")
+        if not len(context):
+            raise LmprobeError(f"request {i} has no context tokens: start it with the prefix token (lm-eval's "
+                               "TemplateLM does for an empty context)")
         whole = (list(context) + list(continuation))[-(limit + 1):]
         key = (tuple(whole[:len(whole) - len(continuation)]), tuple(continuation))
         groups.setdefault(key[0], {})[key[1]] = None  # distinct continuations, in order
         keys.append(key)
-    rows, where = [], {}
-    for context, continuations in groups.items():  # as many continuations per row as fit ``limit``
-        chunks, size = [[]], len(context) - 1
-        for continuation in filter(None, continuations):
-            if chunks[-1] and (size + len(continuation) > limit or not shared):
-                chunks.append([])
-                size = len(context) - 1
-            chunks[-1].append(continuation)
-            size += len(continuation)
-        for chunk in filter(None, chunks):
-            offset = 0
+    rows, where, base = [], {}, 0
+    for context, continuations in groups.items():
+        for chunk in chunked(context, list(continuations), limit, shared):
             for continuation in chunk:
-                where[context, continuation] = (len(rows), offset)
-                offset += len(continuation)
+                where[context, continuation] = base
+                base += len(continuation)
             rows.append(ContinuationRow.of(context, chunk))
-    placed = [where.get(key, (-1, 0)) for key in keys]
-    return Continuations(rows, np.asarray([r for r, _ in placed], np.int64), np.asarray([o for _, o in placed],
-                         np.int64), np.asarray([len(c) for _, c in keys], np.int64))
+    return Continuations(rows, np.asarray([where[key] for key in keys], np.int64),
+                         np.asarray([len(c) for _, c in keys], np.int64))
 
 
 def padded(values: list[np.ndarray], indices, shape, fill) -> np.ndarray:

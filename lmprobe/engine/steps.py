@@ -71,10 +71,10 @@ def packed_hidden_at(model, ids, segments, positions, gather, *, packed=True):
 
 def scores_at(model, h, gather, targets):
     """ln p(target) and whether it is the argmax, [B, W] each, at slots ``gather`` [B, W] of hidden
-    states ``h`` (W a power of two), the LM head over slices of slots."""
+    states ``h`` (W a length bucket or a power of two), the LM head over slices of slots."""
     h = jnp.take_along_axis(h, gather[..., None], axis=1)
     b, w, d = h.shape
-    chunk = min(w, TIME_CHUNK)
+    chunk = math.gcd(w, TIME_CHUNK)
 
     def head(x):
         logits = model.logits(x[0])

@@ -8,10 +8,12 @@ registers the model: ``import lmprobe.integrations.lm_eval`` then ``lm_eval.simp
 model_args="pretrained=smollm2-135m", tasks=[...])``.
 
 Requests are tokenized exactly as lm-eval's HF backend (``hf``) does, so the same weights give the same
-log-likelihoods. ``loglikelihood`` packs every continuation of one context into one row whose visibility
-mask lets each see the context and itself (the context runs once: a 4-way multiple-choice question costs
-one question plus its four answers) and runs the LM head at the scored slots only; rows are bucketed and
-sharded by the Scorer. ``loglikelihood_rolling`` uses lm-eval's disjoint rolling windows. ``generate_until``
+log-likelihoods. ``loglikelihood`` packs the multi-token continuations of one long context into rows whose
+visibility mask lets each see the context and itself (the context runs once: a 4-way multiple-choice
+question costs one question plus its four answers), reads one-token continuations at the context's last
+slot, and runs everything else as plain causal sequences; the LM head runs at the scored slots only; rows
+are bucketed and sharded by the Scorer. ``loglikelihood_rolling`` uses lm-eval's disjoint rolling windows
+(plain sequences; a document longer than the context is cut into windows of ``max_length``). ``generate_until``
 runs Scorer.generate in rounds (32 new tokens, then doubling) and stops a prompt once its text holds a
 stop sequence or EOS. ``batch_size`` is per device of the mesh's 'data' axis. In a multi-process JAX job
 every process answers every request (lm-eval sees one rank), as every lmprobe front end does.
@@ -37,8 +39,8 @@ except ImportError as e:  # lm-eval is an optional extra
 
 from lmprobe import log
 from lmprobe.engine import Scorer, steps
-from lmprobe.engine.batching import restore
-from lmprobe.engine.packing import pack_continuations, packed_rows, padded
+from lmprobe.engine.batching import LENGTH_BUCKETS, bucket_length
+from lmprobe.engine.packing import pack_continuations, packed_rows
 from lmprobe.errors import LmprobeError
 
 _log = log.get(__name__)
@@ -49,38 +51,75 @@ IGNORED_ARGS = ("device", "max_batch_size")  # lm-eval passes these to every bac
 def score_continuations(scorer: Scorer, pairs, max_length: int) -> list[tuple[float, bool]]:
     """(ln p(continuation | context), whether greedy decoding yields the continuation) for (context ids,
     continuation ids) pairs, as lm-eval's HF backend computes them: context + continuation cut on the left
-    to ``max_length`` + 1 tokens. Continuations of one context share packed rows of at most ``max_length``
-    tokens (lmprobe.engine.packing.pack_continuations); the LM head runs only at the slots that predict a
-    continuation token."""
+    to ``max_length`` + 1 tokens. Rows come from lmprobe.engine.packing.pack_continuations: plain causal
+    sequences and, where a long context is shared, packed rows, each kind batched by length apart; the LM
+    head runs only at the slots that predict a continuation token."""
     scorer.require_decoder("lm-eval's loglikelihood")
     packed = pack_continuations(pairs, max_length, shared=scorer.supports("packing"))
-    rows, runner, per_row = packed.rows, scorer.runner, []
-    if rows:
-        packed_step = runner.jit("lm_eval_packed", steps.packed_scores_at)
-        causal_step = runner.jit("lm_eval_causal", steps.causal_scores_at)  # rows of one continuation: no [T, T] mask
+    rows, runner = packed.rows, scorer.runner
+    check_vocabulary(rows, pairs, scorer.vocab_size)
+    base = np.cumsum([0] + [len(row.targets) for row in rows], dtype=np.int64)  # where each row's targets start
+    slots = np.concatenate([row.slots for row in rows] or [np.zeros(0, np.int32)])
+    targets = np.concatenate([row.targets for row in rows] or [np.zeros(0, np.int32)])
+    logprobs, greedy = np.zeros(len(targets), np.float64), np.zeros(len(targets), bool)
+    is_packed = np.asarray([row.packed for row in rows], bool)
+    for packs in (False, True):  # plain rows: the causal step, no [T, T] mask
+        which = np.flatnonzero(is_packed == packs)
+        if len(which):
+            score_rows(runner, [rows[i] for i in which], base[which], (slots, targets), packs, max_length,
+                       (logprobs, greedy))
+    ends = packed.first + packed.length  # sums over each pair's targets: differences of running sums
+    totals = np.concatenate([[0.0], np.cumsum(logprobs)])
+    misses = np.concatenate([[0], np.cumsum(~greedy)])
+    return list(zip((totals[ends] - totals[packed.first]).tolist(),
+                    (misses[ends] == misses[packed.first]).tolist()))
 
-        def call(batch):
-            width = 1 << max(0, (max(len(rows[i].targets) for i in batch.indices) - 1).bit_length())  # few shapes
-            gather = np.zeros((batch.shape[0], width), np.int32)
-            for r, i in enumerate(batch.indices):
-                gather[r] = np.minimum(rows[i].start + np.arange(width), batch.shape[1] - 1)
-            scored = (gather, padded([row.targets for row in rows], batch.indices, gather.shape, 0))
-            if all(rows[i].segments.max(initial=0) <= 1 for i in batch.indices):
-                return causal_step, runner.put(batch.ids, batch.mask, *scored)
-            segments, positions = packed_rows([row.segments for row in rows], [row.positions for row in rows], batch)
-            return packed_step, runner.put(batch.ids, segments, positions, *scored)
 
-        batches = runner.batches([row.ids for row in rows], max_length=max_length)
-        outputs = runner.run(lambda step, arrays: step(*arrays), map(call, batches))
-        per_row = restore(batches, [list(zip(*out)) for out in outputs], len(rows))
-    results = []
-    for row, offset, n in zip(packed.row, packed.offset, packed.length):
-        if not n:
-            results.append((0.0, True))
-            continue
-        logprobs, greedy = per_row[row]
-        results.append((float(logprobs[offset:offset + n].sum()), bool(greedy[offset:offset + n].all())))
-    return results
+def score_rows(runner, rows, first, flat, packs: bool, max_length: int, out) -> None:
+    """Runs ``rows`` (all packed or all plain) in length-bucketed batches; row r's targets are ``first[r] ..``
+    of the flat (slots, targets) ``flat``, and their (log-probability, greedy hit) go to the same places of
+    ``out``."""
+    slots, targets = flat
+    counts = np.asarray([len(row.targets) for row in rows], np.int64)
+    step = runner.jit(*(("lm_eval_packed", steps.packed_scores_at) if packs else
+                        ("lm_eval_causal", steps.causal_scores_at)))
+    batches = runner.batches([row.ids for row in rows], max_length=max_length)
+    places = [scored_places(first[b.indices], counts[b.indices]) for b in batches]
+    segments, positions = [row.segments for row in rows], [row.positions for row in rows]
+
+    def call(batch, place):
+        gather, scored = (np.zeros((batch.shape[0], place[0].shape[1]), np.int32) for _ in range(2))
+        gather[:len(batch.indices)], scored[:len(batch.indices)] = slots[place[0]], targets[place[0]]
+        masks = packed_rows(segments, positions, batch) if packs else (batch.mask,)
+        return runner.put(batch.ids, *masks, gather, scored)
+
+    for batch, (source, valid), (lp, hit) in zip(batches, places, runner.run(step, map(call, batches, places))):
+        n = len(batch.indices)
+        out[0][source[valid]], out[1][source[valid]] = lp[:n][valid], hit[:n][valid]
+
+
+def scored_places(first: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For rows whose targets are ``first[r] .. first[r] + counts[r]`` of the flat list: [rows, W] indices
+    into it (W a length bucket: few shapes, little padding for the LM head; past a row's count its last target
+    again) and which are real."""
+    width = bucket_length(int(counts.max()), (1, 2, 4, *LENGTH_BUCKETS))
+    column = np.arange(width)
+    return first[:, None] + np.minimum(column, counts[:, None] - 1), column < counts[:, None]
+
+
+def check_vocabulary(rows, pairs, vocab_size: int) -> None:
+    """One error naming the first request with a token id the model does not have (e.g. another model's
+    prefix token), before anything runs."""
+    ids = np.concatenate([np.asarray(row.ids, np.int64) for row in rows] + [row.targets for row in rows] or
+                         [np.zeros(0, np.int64)])
+    if not len(ids) or (ids.min() >= 0 and ids.max() < vocab_size):
+        return
+    for i, (context, continuation) in enumerate(pairs):
+        bad = [t for t in (*context, *continuation) if not 0 <= t < vocab_size]
+        if bad:
+            raise LmprobeError(f"request {i} has token id {bad[0]}, outside the model's vocabulary of {vocab_size} "
+                               "ids: its tokens come from another tokenizer (check prefix_token_id and that the "
+                               "requests were encoded by this model's tokenizer)")
 
 
 @register_model("lmprobe")
@@ -116,6 +155,9 @@ class LmprobeLM(TemplateLM):
         self.scorer, self.tokenizer, self.pretrained = scorer, scorer.tokenizer, pretrained
         self._max_length = int(max_length or scorer.max_length)
         self._max_gen_toks, self.add_bos_token, self.seed = int(max_gen_toks), add_bos_token, seed
+        if prefix_token_id is not None and not 0 <= int(prefix_token_id) < scorer.vocab_size:
+            raise LmprobeError(f"prefix_token_id={prefix_token_id} is outside the model's vocabulary of "
+                               f"{scorer.vocab_size} ids: give a token id of this model's tokenizer, or leave it out")
         self.custom_prefix_token_id = prefix_token_id
 
     @classmethod

@@ -47,15 +47,33 @@ def test_loglikelihood_matches_hf_backend(tiny):
     with torch.no_grad():
         greedy = int(hf.model(torch.tensor([[5, 6, 7]])).logits[0, -1].argmax())
     long_context = words(*range(3, 153))  # 150 tokens: cut on the left to the context of 128
+    shared = words(*range(20, 45))  # long enough to pack its answers of several tokens in one row
     reqs = requests("loglikelihood", (context, " w8"), (context, " w9 w10"), (context, f" w{greedy}"),
-                    (context + " ", "w8"), ("", words(3, 4)), (long_context, " w12 w13"), (context, " w8"))
+                    (context + " ", "w8"), ("", words(3, 4)), (long_context, " w12 w13"), (context, " w8"),
+                    (long_context, " w14 w15 w16"), (shared, " w8 w9"), (shared, " w10 w11 w12"), (shared, " w13"))
     got, ref = ours.loglikelihood(reqs), hf.loglikelihood(reqs)
     np.testing.assert_allclose([g[0] for g in got], [r[0] for r in ref], atol=1e-4)
     assert [g[1] for g in got] == [r[1] for r in ref]
     assert got[2][1] and got[0] == got[3] == got[6]
+    assert ours.scorer.runner.compilations["lm_eval_packed"] and ours.scorer.runner.compilations["lm_eval_causal"]
+
+
+def test_bad_requests_raise_one_clear_error_before_running(tiny):
+    ours, _ = tiny
+    compiled = dict(ours.scorer.runner.compilations)
+    with pytest.raises(LmprobeError, match="request 1 has an empty continuation"):
+        ours._loglikelihood_tokens([(None, [5, 6], [7]), (None, [5, 6], [])])
+    vocab = ours.scorer.vocab_size
+    with pytest.raises(LmprobeError, match=f"request 1 has token id {vocab + 3}, outside.*vocabulary of {vocab}"):
+        ours._loglikelihood_tokens([(None, [5, 6], [7]), (None, [vocab + 3, 6], [7, 8])])  # another model's prefix
+    with pytest.raises(LmprobeError, match="prefix_token_id=.*outside the model's vocabulary"):
+        LmprobeLM(scorer=ours.scorer, prefix_token_id=vocab)
+    assert dict(ours.scorer.runner.compilations) == compiled  # nothing reached a jitted step
 
 
 def test_loglikelihood_rolling_matches_hf_backend(tiny):
+    """A document longer than the context (the largest bucket) is scored in lm-eval's disjoint windows of
+    max_length tokens, each a plain causal row."""
     ours, hf = tiny
     reqs = requests("loglikelihood_rolling", words(3, 4, 5), words(*range(3, 131)), words(*(list(range(3, 250)) * 2)))
     np.testing.assert_allclose(ours.loglikelihood_rolling(reqs), hf.loglikelihood_rolling(reqs), rtol=1e-6, atol=1e-4)

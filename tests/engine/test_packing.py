@@ -1,0 +1,55 @@
+"""pack_continuations: packed rows only where a long context is shared, never a context-long pile of unrelated
+sequences; every target predicted by the slot that holds the token before it."""
+
+import numpy as np
+import pytest
+
+from lmprobe.engine.packing import PACK_MIN_CONTEXT, pack_continuations
+from lmprobe.errors import LmprobeError
+
+
+def scored(packed, i):
+    """(tokens before each target, in order as the row sees them, targets) of pair i."""
+    flat = [(row, k) for row in packed.rows for k in range(len(row.targets))]
+    out = []
+    for row, k in flat[packed.first[i]:packed.first[i] + packed.length[i]]:
+        seen = (row.positions <= row.positions[row.slots[k]]) & ((row.segments == 0) |
+                                                                 (row.segments == row.segments[row.slots[k]]))
+        out.append(([row.ids[j] for j in np.flatnonzero(seen)], int(row.targets[k])))
+    return out
+
+
+def test_rolling_windows_are_plain_rows_of_their_own_length():
+    rng = np.random.default_rng(0)
+    docs = [rng.integers(1, 100, size=n).tolist() for n in (30, 200, 7, 512)]
+    packed = pack_continuations([([0], d) for d in docs], 512)  # lm-eval's windows: one prefix token each
+    assert [len(r.ids) for r in packed.rows] == [30, 200, 7, 512] and not any(r.packed for r in packed.rows)
+    assert scored(packed, 1)[5] == ([0, *docs[1][:5]], docs[1][5])
+
+
+def test_long_shared_context_packs_rows_of_at_most_twice_its_length():
+    context = list(range(1, PACK_MIN_CONTEXT + 5))
+    answers = [[50 + i, 60 + i, 70 + i] for i in range(12)] + [[90], [91]]
+    pairs = [(context, a) for a in answers] + [(context, answers[0])]
+    packed = pack_continuations(pairs, 256)
+    assert all(r.packed and len(r.ids) <= 2 * len(context) for r in packed.rows)
+    assert sum(len(r.ids) for r in packed.rows) < 12 * (len(context) + 2)  # the context once per row
+    for i, answer in enumerate(answers):
+        assert scored(packed, i) == [(context + answer[:k], t) for k, t in enumerate(answer)]
+    assert packed.first[-1] == packed.first[0]  # an equal request is scored once
+    short = pack_continuations([(context[:3], a) for a in answers], 256)  # too short a context to pay: plain
+    assert not any(r.packed for r in short.rows) and len(short.rows) == 12
+
+
+def test_one_token_answers_are_read_at_the_context_end_of_one_plain_row():
+    packed = pack_continuations([([1, 2, 3], [t]) for t in (7, 8, 9)], 64)
+    (row,) = packed.rows
+    assert row.ids == [1, 2, 3] and not row.packed and row.slots.tolist() == [2, 2, 2]
+
+
+@pytest.mark.parametrize("pair, message", [(([1, 2], []), "request 0 has an empty continuation"),
+                                           (([], [1, 2]), "request 0 has no context tokens"),
+                                           (([1], list(range(70))), "continuation of 70 tokens does not fit")])
+def test_bad_pairs(pair, message):
+    with pytest.raises(LmprobeError, match=message):
+        pack_continuations([pair], 64)
