@@ -482,10 +482,12 @@ class Scorer:
 
     def generate(self, prompts, *, max_new_tokens: int = 20, temperature: float = 0.0,
                  top_k: int = 0, top_p: float = 1.0, seed: int = 0, eos_id: int | None = None,
-                 decode: bool = True, memo: HiddenMemo | None = None, allowed=None) -> list:
+                 decode: bool = True, memo: HiddenMemo | None = None, allowed=None, stop_ids=()) -> list:
         """Continuations of each prompt: greedy (temperature 0) or sampled, KV-cached.
 
-        Stops at ``eos_id`` (the tokenizer's by default) or after max_new_tokens. Sampling is
+        Stops at ``eos_id`` (the tokenizer's by default) or after max_new_tokens; a row also ends
+        with (and keeps) any id of ``stop_ids`` (e.g. the tokens whose text holds a stop string):
+        a batch stops decoding once every row has ended. Sampling is
         seeded per prompt (its index), so a prompt gets the same continuation whatever the
         batch size. Returns texts (decode=True) or id lists, without the prompt. A ``memo``
         receives the prompts' final hidden states at every position (the prefill computes them).
@@ -498,6 +500,10 @@ class Scorer:
         """
         self.require_decoder("generate")
         row_allowed = self.allowed_rows(allowed, len(prompts)) if allowed is not None else None
+        stop_ids = tuple(int(t) for t in stop_ids)
+        if any(not 0 <= t < self.vocab_size for t in stop_ids):
+            raise LmprobeError(f"generate(stop_ids=...) holds ids outside the model's vocabulary of {self.vocab_size}: "
+                               f"{sorted(t for t in stop_ids if not 0 <= t < self.vocab_size)[:5]}")
         room = self.max_length - max_new_tokens  # prompt slots + new-token slots fit the context
         if room < 1:
             raise LmprobeError(f"max_new_tokens={max_new_tokens} leaves no room for a prompt in the "
@@ -506,14 +512,16 @@ class Scorer:
                                greedy=temperature <= 0, prompt_hidden=memo is not None,
                                kv_cache=self.supports("kv_cache"))
         return self.generate_with(step, prompts, room=room, eos_id=eos_id, seed=seed, temperature=temperature,
-                                  top_p=top_p, decode=decode, memo=memo, allowed=row_allowed)
+                                  top_p=top_p, decode=decode, memo=memo, allowed=row_allowed, stop_ids=stop_ids)
 
     def generate_with(self, step, prompts, *, room: int, eos_id: int | None, seed: int, temperature: float,
-                      top_p: float, decode: bool, memo: HiddenMemo | None = None, allowed=None) -> list:
+                      top_p: float, decode: bool, memo: HiddenMemo | None = None, allowed=None,
+                      stop_ids=()) -> list:
         """``generate`` with a jitted generation ``step`` (the model kind's: generation.generate,
         seq2seq.generate): each prompt kept to its last ``room`` tokens, left-padded in buckets,
         rows seeded by their prompt's index; ``memo`` filled from a step with the prompts' hidden
-        states (prompt_hidden); ``allowed``: one checked mask per prompt (``allowed_rows``)."""
+        states (prompt_hidden); ``allowed``: one checked mask per prompt (``allowed_rows``); ``stop_ids``:
+        checked ids that end a row (given: the step takes a [vocab_size] bool mask after ``allowed``)."""
         seqs = [self.fit(i, s, room, keep="last") for i, s in enumerate(self.encode(prompts))]
         if not seqs:
             return []
@@ -521,19 +529,23 @@ class Scorer:
             eos_id = self.tokenizer.eos_token_id
         eos = -1 if eos_id is None else int(eos_id)
         runner = self.runner
-        batches = runner.batches(seqs, left_pad=True, max_length=room)
+        batches = generation.prompt_batches(runner, seqs, room)
         settings = (np.uint32(seed), np.float32(max(temperature, 1e-6)), np.float32(top_p), np.int32(eos))
+        stop = ()
+        if stop_ids:
+            stop = (np.zeros(self.vocab_size, bool),)
+            stop[0][list(stop_ids)] = True
 
         def call(batch):
             index = np.full(batch.shape[0], -1, np.int32)  # row seeds: positions in the input list
             index[:len(batch.indices)] = batch.indices
             if allowed is None:
-                return (*runner.put(batch.ids, batch.mask, index), *settings)
+                return (*runner.put(batch.ids, batch.mask, index), *settings, *((None, *stop) if stop else ()))
             rows = np.ones((batch.shape[0], self.vocab_size), bool)  # padding rows: unconstrained
             for row, i in enumerate(batch.indices):
                 rows[row] = allowed[i]
             ids, mask, index, rows = runner.put(batch.ids, batch.mask, index, rows)
-            return ids, mask, index, *settings, rows
+            return ids, mask, index, *settings, rows, *stop
 
         per_batch = []
         for batch, out in zip(batches, runner.run(step, map(call, batches))):
@@ -541,7 +553,7 @@ class Scorer:
                 out, hidden = out
                 for row, n in enumerate(batch.lengths):  # left padding: the prompt ends the row
                     memo.put(seqs[batch.indices[row]], range(n), hidden[row, batch.shape[1] - n:])
-            per_batch.append([generation.until_eos(row, eos) for row in out])
+            per_batch.append([generation.until_eos(row, eos, stop_ids) for row in out])
         outputs = restore(batches, per_batch, len(seqs))
         if decode and self.tokenizer is not None:
             return [self.tokenizer.decode(o) for o in outputs]
