@@ -59,6 +59,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import multihost_utils
 from scipy.linalg import solveh_banded
 from scipy.optimize import brentq
 
@@ -305,10 +306,10 @@ def embedding_moments(scorer, sample: int = EMBEDDING_SAMPLE, *, name: str = "th
     ids than dimensions, tied embeddings) is an error: R would drop part of the class signal."""
     vocab, hidden = int(scorer.config.vocab_size), int(scorer.config.hidden_size)
     ids = jnp.asarray(np.unique(np.linspace(0, vocab - 1, min(sample, vocab)).round().astype(np.int32)))
-    e = scorer.model.embed(ids).astype(jnp.float32)
-    mean = jnp.mean(e, axis=0)
+    e = np.asarray(multihost_utils.process_allgather(scorer.model.embed(ids).astype(jnp.float32), tiled=True))
+    mean = e.mean(axis=0)
     centred = e - mean
-    cov = np.asarray(centred.T @ centred, np.float64) / max(len(ids) - 1, 1)
+    cov = (centred.T @ centred).astype(np.float64) / max(len(ids) - 1, 1)
     vals, vecs = np.linalg.eigh(cov)
     if not vals[0] > hidden * np.finfo(np.float32).eps * vals[-1]:
         rank = int(np.sum(vals > hidden * np.finfo(np.float32).eps * vals[-1]))

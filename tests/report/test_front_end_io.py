@@ -80,7 +80,9 @@ def test_a_signal_in_a_front_end_process_prints_no_traceback(tmp_path, sig):
               f"    os.kill(os.getpid(), signal.{sig})\n"
               "    time.sleep(60)\n"
               "main()\n")
+    # a run launched in the background inherits SIGINT ignored (no job control): restore what a terminal gives
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert done.returncode == 128 + getattr(signal, sig) and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines() == [done.stderr.strip()] and str(tmp_path) in done.stderr
