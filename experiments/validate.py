@@ -589,7 +589,6 @@ def main(argv=None):
     for group in correlations:
         rows = [r for r in records if r["group"] == group]
         proxies, tasks = number_names(rows)
-        tasks = [t for t in tasks if t != HELDOUT]
         if proxies and tasks:
             values, stderr = _columns(rows, proxies + tasks)
             plots.scatter_grid({p: values[p] for p in proxies}, {t: values[t] for t in tasks},

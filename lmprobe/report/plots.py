@@ -139,6 +139,14 @@ def short_model_name(model: str) -> str:
     return str(model).rstrip("/").rsplit("/", 1)[-1]
 
 
+def shared_label_prefix(labels: Sequence[str]) -> str:
+    """The prefix every label shares, cut after its last "=" or "@" ("train@step=16", "train@step=32"
+    -> "train@step="); "" when there is none or it would leave a label empty."""
+    prefix = os.path.commonprefix(list(labels)) if len(labels) > 1 else ""
+    prefix = prefix[:max(prefix.rfind("="), prefix.rfind("@")) + 1]
+    return prefix if prefix and all(len(label) > len(prefix) for label in labels) else ""
+
+
 def _panel_values(values, name: str, n: int) -> np.ndarray:
     array = per_model(values, n, repr(name))
     array[~np.isfinite(array)] = np.nan
@@ -175,6 +183,8 @@ def scatter_grid(proxies: Mapping[str, Sequence], tasks: Mapping[str, Sequence],
     names = [str(m) for m in models]
     n = len(names)
     labels = [short_model_name(m) for m in names] if labels is None else [str(label) for label in labels]
+    prefix = shared_label_prefix(labels)
+    labels = [label[len(prefix):] for label in labels]
     groups = [""] * n if groups is None else [str(g) for g in groups]
     if len(labels) != n or len(groups) != n:
         raise LmprobeError(f"{n} models but {len(labels)} labels and {len(groups)} groups: pass one per model")
@@ -194,7 +204,7 @@ def scatter_grid(proxies: Mapping[str, Sequence], tasks: Mapping[str, Sequence],
         return f"{name}\n(lower is better)" if name in lower else name
 
     fig, axes = plt.subplots(len(proxies), len(tasks), figsize=(3.2 * len(tasks), 2.8 * len(proxies) + 0.5),
-                             squeeze=False, sharex="col", sharey="row")
+                             squeeze=False, sharex="col", sharey="row", layout="constrained")
     for i, (proxy, p) in enumerate(proxy_values.items()):
         for j, (task, t) in enumerate(task_values.items()):
             ax = axes[i, j]
@@ -209,7 +219,7 @@ def scatter_grid(proxies: Mapping[str, Sequence], tasks: Mapping[str, Sequence],
                                     elinewidth=0.8, alpha=0.6, zorder=1)
             for k in np.flatnonzero(both):
                 ax.annotate(labels[k], (t[k], p[k]), xytext=(3, 2), textcoords="offset points",
-                            color=colours[groups[k]])
+                            color=colours[groups[k]], fontsize=MIN_FONT)
             ax.set_title(_panel_title(rows[i * len(tasks) + j]), fontsize=10)
             ax.grid(alpha=0.3, lw=0.5)
             ax.margins(x=0.25, y=0.12)  # room for the labels of the outermost points
@@ -220,8 +230,9 @@ def scatter_grid(proxies: Mapping[str, Sequence], tasks: Mapping[str, Sequence],
     if any(order):
         handles = [plt.Line2D([], [], ls="", marker="o", ms=4, color=colours[g]) for g in order]
         axes[0, 0].legend(handles, [g or "other" for g in order], loc="best")
-    fig.suptitle(title + "\n" + r"$\rho$: Spearman, $\tau$: Kendall; positive = the proxy orders models as the task "
-                 "does (lower-is-better sides negated)", fontsize=11)
+    points = f"; points: {prefix}..." if prefix else ""
+    fig.suptitle(title + points + "\n" + r"$\rho$: Spearman, $\tau$: Kendall; positive = the proxy orders models as "
+                 "the task does (lower-is-better sides negated)", fontsize=11)
     save_figure(fig, path)
     return rows
 

@@ -84,3 +84,14 @@ def test_standard_errors_are_drawn_as_95_percent_bars(monkeypatch, tmp_path):
         assert not [c for c in axes[1, 1].containers if c.has_yerr or c.has_xerr]  # no errors for these names
     finally:
         plots.plt.close(fig)
+
+
+@pytest.mark.parametrize("labels, prefix", [
+    (["train@step=16", "train@step=128", "train@step=1000"], "train@step="),
+    (["minilm-l6", "minilm-l6@noise=0.02", "minilm-l6@noise=0.1"], ""),  # the base would lose its whole label
+    (["m@noise=0.1", "m@noise=0.2"], "m@noise="),
+    (["enc-small", "enc-base"], ""),  # no "=" or "@" in the shared part
+    (["only@step=1"], ""),
+])
+def test_a_label_prefix_every_point_shares_moves_to_the_title(labels, prefix):
+    assert plots.shared_label_prefix(labels) == prefix
