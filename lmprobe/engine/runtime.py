@@ -8,6 +8,9 @@ computation, such as "is this cache already on disk?", are taken by process 0 an
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 import logging
 import os
 
@@ -91,6 +94,22 @@ def enable_compilation_cache(directory: str | None = None) -> None:
         os.path.expanduser("~"), ".cache", "lmprobe", "jax")
     jax.config.update("jax_compilation_cache_dir", directory)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
+def release_free_memory() -> None:
+    """Give the memory the C heap holds free back to the system (glibc's malloc_trim; elsewhere a no-op).
+
+    What XLA's compilations and the loader's dequantisation free, glibc keeps mapped (smollm2-135m: 30 MB
+    after loading, 100 MB after compiling its generation step)."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim():
+    library = ctypes.util.find_library("c")
+    return getattr(ctypes.CDLL(library), "malloc_trim", None) if library else None
 
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")

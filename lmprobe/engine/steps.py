@@ -20,7 +20,8 @@ from lmprobe.engine.packing import PADDING, visibility
 from lmprobe.errors import LmprobeError
 from lmprobe.models import family_of
 
-TIME_CHUNK = 32  # positions per LM-head slice when scoring every token
+TIME_CHUNK = 32  # positions per LM-head slice when scoring every token, at most
+LOGITS_BYTES = 32 << 20  # and a slice's float32 logits, [B, slice, V], at most this (one row's at least)
 NO_HIDDEN = ("embeddings need hidden states, and this model gives logits only (a CallableLM whose apply returns "
              "logits): return (logits, hidden [B, T, D]) from apply")
 
@@ -43,11 +44,20 @@ def logprobs(model, h, targets):
     """ln p(targets[b, t, ...] | h[b, t]): targets [B, T] or [B, T, K] (K tokens scored against
     each distribution), the LM head run once per position, over slices of positions."""
     b, t, d = h.shape
-    chunk = math.gcd(t, TIME_CHUNK)  # buckets are multiples of 4 (powers of two and 1.5x)
+    chunk = head_slice(model, b, t)
     hs = h.reshape(b, t // chunk, chunk, d).swapaxes(0, 1)
     ts = targets.reshape(b, t // chunk, chunk, *targets.shape[2:]).swapaxes(0, 1)
     lp = jax.lax.map(lambda x: kernels.token_log_probs(model.logits(x[0]), x[1]), (hs, ts))
     return lp.swapaxes(0, 1).reshape(targets.shape)
+
+
+def head_slice(model, batch: int, length: int) -> int:
+    """Positions per LM-head slice over ``length`` positions of ``batch`` rows: a power of two dividing
+    ``length`` (buckets are multiples of 4: powers of two and 1.5x), at most TIME_CHUNK, and small enough that
+    the slice's float32 logits stay within LOGITS_BYTES (smollm2-135m, 16 rows: 8 positions, 25 MB, where
+    32 held 100 MB)."""
+    fits = max(1, LOGITS_BYTES // (4 * batch * model.config.vocab_size))
+    return math.gcd(length, min(TIME_CHUNK, 1 << (fits.bit_length() - 1)))
 
 
 def packed_hidden(model, ids, segments, positions, *, packed=True):
@@ -74,7 +84,7 @@ def scores_at(model, h, gather, targets):
     states ``h`` (W a length bucket or a power of two), the LM head over slices of slots."""
     h = jnp.take_along_axis(h, gather[..., None], axis=1)
     b, w, d = h.shape
-    chunk = math.gcd(w, TIME_CHUNK)
+    chunk = head_slice(model, b, w)
 
     def head(x):
         logits = model.logits(x[0])

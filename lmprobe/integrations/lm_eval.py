@@ -15,8 +15,9 @@ slot, and runs everything else as plain causal sequences; the LM head runs at th
 are bucketed and sharded by the Scorer. ``loglikelihood_rolling`` uses lm-eval's disjoint rolling windows
 (plain sequences; a document longer than the context is cut into windows of ``max_length``). ``generate_until``
 runs Scorer.generate in rounds (32 new tokens, then doubling) and stops a prompt once its text holds a
-stop sequence or EOS. ``batch_size`` is per device of the mesh's 'data' axis. In a multi-process JAX job
-every process answers every request (lm-eval sees one rank), as every lmprobe front end does.
+stop sequence or EOS; within a round, a row ends at a token whose own text holds a stop string (``stop_ids``),
+and the decode loop once every row has ended. ``batch_size`` is per device of the mesh's 'data' axis. In a
+multi-process JAX job every process answers every request (lm-eval sees one rank), as every lmprobe front end does.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from lmprobe import log
 from lmprobe.engine import Scorer, steps
 from lmprobe.engine.batching import LENGTH_BUCKETS, bucket_length
 from lmprobe.engine.packing import pack_continuations, packed_rows
+from lmprobe.engine.runtime import release_free_memory
 from lmprobe.errors import LmprobeError
 
 _log = log.get(__name__)
@@ -159,6 +161,8 @@ class LmprobeLM(TemplateLM):
             raise LmprobeError(f"prefix_token_id={prefix_token_id} is outside the model's vocabulary of "
                                f"{scorer.vocab_size} ids: give a token id of this model's tokenizer, or leave it out")
         self.custom_prefix_token_id = prefix_token_id
+        self._token_texts = None  # every id's text (stop_ids)
+        release_free_memory()  # the loader's freed buffers: lm-eval runs in the same process
 
     @classmethod
     def create_from_arg_string(cls, arg_string, additional_config=None):
@@ -222,6 +226,7 @@ class LmprobeLM(TemplateLM):
 
     def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs) -> list[tuple[float, bool]]:
         results = score_continuations(self.scorer, [(ctx, cont) for _, ctx, cont in requests], self.max_length)
+        release_free_memory()  # what the compilations freed
         for (key, _, _), answer in zip(requests, results):
             if key is not None:
                 self.cache_hook.add_partial("loglikelihood", key, answer)
@@ -238,6 +243,7 @@ class LmprobeLM(TemplateLM):
         totals = np.zeros(len(requests))
         for i, (logprob, _) in zip(owners, score_continuations(self.scorer, windows, self.max_length)):
             totals[i] += logprob
+        release_free_memory()
         for req, total in zip(requests, totals):
             self.cache_hook.add_partial("loglikelihood_rolling", req.args, float(total))
         return [float(t) for t in totals]
@@ -259,6 +265,7 @@ class LmprobeLM(TemplateLM):
             for i, text in zip(indices, self._generate(prompts, until, max_new, kwargs)):
                 results[i] = postprocess_generated_text(text, until, None)
                 self.cache_hook.add_partial("generate_until", requests[i].args, results[i])
+        release_free_memory()
         return results
 
     def _prompt_ids(self, context: str, room: int) -> list[int]:
@@ -267,6 +274,18 @@ class LmprobeLM(TemplateLM):
         special = False if bos and context.startswith(bos) else self.add_bos_token
         ids = self.tokenizer(context, **({} if special is None else {"add_special_tokens": special}))["input_ids"]
         return ids[-room:]
+
+    def stop_ids(self, until) -> tuple[int, ...]:
+        """The ids whose text, decoded alone, holds one of the stop strings ``until``: a row that emits one has
+        (almost always) met a stop string, so the decode loop stops it there. Where the text of its row does
+        not hold the string after all, ``_generate`` takes the row on in its next round: the same tokens."""
+        if self._token_texts is None:  # decoded once per model: 0.2 s for 49k ids with a fast tokenizer
+            ids = [[i] for i in range(self.scorer.vocab_size)]
+            fast = getattr(self.tokenizer, "backend_tokenizer", None)
+            self._token_texts = (fast.decode_batch(ids, skip_special_tokens=True) if fast is not None else
+                                 self.tokenizer.batch_decode(ids, skip_special_tokens=True))
+        until = [s for s in until if s]
+        return tuple(i for i, text in enumerate(self._token_texts) if any(s in text for s in until))
 
     def _generate(self, prompts, until, max_new: int, kwargs) -> list[str]:
         """Continuations (texts), in rounds: a prompt leaves once it emitted EOS, holds a stop sequence or
@@ -278,11 +297,13 @@ class LmprobeLM(TemplateLM):
         kwargs.pop("max_length", None)
         if kwargs:
             _log.warning("lmprobe ignores these generation kwargs: %s", ", ".join(sorted(kwargs)))
-        new = [[] for _ in prompts]
+        eos = () if self.eot_token_id is None else (self.eot_token_id,)  # EOS too: with or without stop strings,
+        new, stop_ids = [[] for _ in prompts], self.stop_ids(until) + eos  # one program
         live, size, done, round_ = list(range(len(prompts))), min(FIRST_ROUND, max_new), 0, 0
         while live:
             out = self.scorer.generate([prompts[i] + new[i] for i in live], max_new_tokens=size, decode=False,
-                                       eos_id=self.eot_token_id, seed=self.seed + round_, **sampling)
+                                       eos_id=self.eot_token_id, seed=self.seed + round_, stop_ids=stop_ids,
+                                       **sampling)
             done, round_ = done + size, round_ + 1
             still = []
             for i, ids in zip(live, out):

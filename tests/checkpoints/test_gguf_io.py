@@ -94,6 +94,7 @@ def test_tiny_gguf_gives_back_hf_tensors(tmp_path, tied):
         got = source.read(name)
         assert got.dtype == np.float32 and source.shape(name) == want.shape == got.shape
         np.testing.assert_array_equal(got, want, err_msg=name)
+        assert not np.may_share_memory(got, source.entry(name).data), name  # a view would keep the file mapped
     assert config["tie_word_embeddings"] is tied
     assert (config["num_hidden_layers"], config["hidden_size"], config["intermediate_size"]) == (2, HIDDEN, FFN)
     assert (config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"]) == (N_HEAD, N_KV, 4)

@@ -79,18 +79,29 @@ def test_loglikelihood_rolling_matches_hf_backend(tiny):
     np.testing.assert_allclose(ours.loglikelihood_rolling(reqs), hf.loglikelihood_rolling(reqs), rtol=1e-6, atol=1e-4)
 
 
-def test_generate_until_matches_hf_backend_greedy(tiny):
+def test_generate_until_matches_hf_backend_greedy(tiny, monkeypatch):
     ours, hf = tiny
     prompts = [words(5, 6, 7), words(*range(3, 203)), words(9)]  # the long one is cut to 128 - 40 tokens
     free = hf.generate_until(requests("generate_until", *[(p, {"until": [], "max_gen_toks": 40}) for p in prompts]))
     assert ours.generate_until(requests("generate_until", *[(p, {"until": [], "max_gen_toks": 40})
                                                              for p in prompts])) == free  # rounds of 32, then 8
     stop = free[0].split()[35]  # a stop sequence met in the second round
+    rounds, generate = [], ours.scorer.generate  # what the engine returns: a row ends at its stop id
+    monkeypatch.setattr(ours.scorer, "generate", lambda *a, **kw: rounds.append((kw, generate(*a, **kw))) or
+                        rounds[-1][1])
     reqs = requests("generate_until", (prompts[0], {"until": [stop], "max_gen_toks": 40}),
                     (prompts[2], {"until": ["w"], "max_gen_toks": 3, "do_sample": False}))
     got = ours.generate_until(reqs)
     assert got == hf.generate_until(reqs)
     assert len(got[0].split()) < 36 and got[1] == ""
+    # the tokens whose text holds the stop string end the decode loop ("w12" -> w12, w120 .. w129)
+    assert ours.stop_ids([stop]) == tuple(i for i in range(3, 256) if stop in f"w{i}")
+    first = next(k for k, word in enumerate(free[0].split()) if stop in word)
+    (ids_0, (row_0,)), (ids_1, (row_1,)), (ids_w, (row_w,)) = [(kw["stop_ids"], out) for kw, out in rounds]
+    eos = (ours.eot_token_id,)  # always among the stop ids: with or without stop strings, one program
+    assert ids_0 == ids_1 == ours.stop_ids([stop]) + eos and len(ids_w) == 253 + 1  # every word holds "w"
+    assert (len(row_0), len(row_1), len(row_w)) == (32, first - 31, 1)  # each round ends at its stop id
+    assert stop in ours.tok_decode(row_1[-1:])
     sampled = requests("generate_until", *[(p, {"until": [], "max_gen_toks": 5, "do_sample": True, "temperature": 0.8})
                                             for p in prompts])
     assert ours.generate_until(sampled) == ours.generate_until(sampled)  # seeded

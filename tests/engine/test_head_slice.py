@@ -1,0 +1,34 @@
+"""The LM head's slices of positions (steps.head_slice): bounded logits, the same log-probabilities."""
+
+import jax
+import numpy as np
+import pytest
+
+from lmprobe.checkpoints import load
+from lmprobe.engine import Scorer, make_mesh, placement, steps
+from tests.engine.conftest import tiny_llama_dir  # noqa: F401  (a fixture)
+
+
+class Config:
+    vocab_size = 49152
+
+
+class Model:
+    config = Config()
+
+
+@pytest.mark.parametrize(("batch", "length", "want"), [(16, 96, 8), (16, 1, 1), (16, 12, 4), (1, 96, 32), (256, 64, 1)])
+def test_a_slice_is_a_power_of_two_dividing_the_length_within_the_logits_budget(batch, length, want):
+    chunk = steps.head_slice(Model(), batch, length)
+    assert chunk == want and length % chunk == 0
+    assert chunk == 1 or 4 * batch * chunk * Config.vocab_size <= steps.LOGITS_BYTES
+
+
+def test_small_slices_give_the_same_log_probabilities(tiny_llama_dir, monkeypatch):  # noqa: F811
+    mesh = make_mesh(devices=jax.devices()[:1])
+    loaded = load(str(tiny_llama_dir), place=placement(mesh), tokenizer=False)
+    texts = [list(range(3, 19)), list(range(30, 44))]  # one bucket, one program each way
+    whole = Scorer(loaded.model, mesh=mesh, batch_size=2).score(texts).token_logprobs
+    monkeypatch.setattr(steps, "LOGITS_BYTES", 1)  # one position per slice: another program, the same numbers
+    for a, b in zip(Scorer(loaded.model, mesh=mesh, batch_size=2).score(texts).token_logprobs, whole, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
