@@ -567,6 +567,24 @@ def entries(args) -> list[Entry]:
     return out
 
 
+def scatter_plots(records: list[dict], run_dir: str) -> None:
+    """scatter-GROUP.png per group: every proxy against every task, one point per model."""
+    for group in sorted({r["group"] for r in records}):
+        rows = [r for r in records if r["group"] == group]
+        proxies, tasks = number_names(rows)
+        if proxies and tasks:
+            values, stderr = _columns(rows, proxies + tasks)
+            picked = base_points(rows)[0]
+            pooled = len(picked) < correlation.MIN_MODELS
+            why = ("panels pool every point (fewer than 3 base models: ladder points are not independent)" if pooled
+                   else "panels: one point per base model (filled); ladder variants hollow, not counted")
+            plots.scatter_grid({p: values[p] for p in proxies}, {t: values[t] for t in tasks},
+                               [r["label"] for r in rows], [group] * len(rows), join(run_dir, f"scatter-{group}.png"),
+                               lower_is_better=LOWER_IS_BETTER, stderr=stderr,
+                               title=f"label-free proxies against real tasks\n{why}",
+                               counted=None if pooled else [i in picked for i in range(len(rows))])
+
+
 @main_guard
 def main(argv=None):
     run = cli.Run(argv)
@@ -586,14 +604,7 @@ def main(argv=None):
         records.append(measure(entry, args, data, run_dir, run, widths))
         gc.collect()  # the model's weights go before the next one loads
     correlations, trends, resolved_pairs = correlate(records, args), ladder_trends(records, args), resolved(records)
-    for group in correlations:
-        rows = [r for r in records if r["group"] == group]
-        proxies, tasks = number_names(rows)
-        if proxies and tasks:
-            values, stderr = _columns(rows, proxies + tasks)
-            plots.scatter_grid({p: values[p] for p in proxies}, {t: values[t] for t in tasks},
-                               [r["label"] for r in rows], [group] * len(rows), join(run_dir, f"scatter-{group}.png"),
-                               lower_is_better=LOWER_IS_BETTER, stderr=stderr)
+    scatter_plots(records, run_dir)
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
     run.write(join(run_dir, "results.json"),
               {"method": "validate", "models": records, "correlations": correlations, "ladders": trends,

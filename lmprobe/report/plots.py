@@ -166,7 +166,8 @@ def _panel_title(row: dict) -> str:
 def scatter_grid(proxies: Mapping[str, Sequence], tasks: Mapping[str, Sequence], models: Sequence[str],
                  groups: Sequence[str] | None, path, *, lower_is_better: set[str] | frozenset[str] = frozenset(),
                  labels: Sequence[str] | None = None, stderr: Mapping[str, Sequence] | None = None,
-                 title: str = "label-free proxies against real tasks") -> list[dict]:
+                 title: str = "label-free proxies against real tasks",
+                 counted: Sequence[bool] | None = None) -> list[dict]:
     """One scatter panel per (proxy, task): proxies as rows (y axis), tasks as columns (x axis).
 
     ``proxies`` / ``tasks``: name -> one value per model, in the order of ``models``; None or NaN
@@ -177,8 +178,10 @@ def scatter_grid(proxies: Mapping[str, Sequence], tasks: Mapping[str, Sequence],
     Kendall tau over the models with both values, signed as in ``correlation_table`` (a
     lower-is-better side negated: positive = the proxy orders the models as the task does).
     ``stderr``: name (proxy or task) -> one standard error per model (None where unknown), drawn
-    as +-1.96 standard-error bars on that axis. Returns ``correlation_table``'s rows (estimates
-    only, no intervals), one per panel.
+    as +-1.96 standard-error bars on that axis. ``counted``: per model, whether it enters the
+    panels' rho and tau (default: every model); the others are drawn hollow (e.g. ladder variants
+    beside one point per base model). Returns ``correlation_table``'s rows (estimates only, no
+    intervals), one per panel.
     """
     names = [str(m) for m in models]
     n = len(names)
@@ -195,7 +198,12 @@ def scatter_grid(proxies: Mapping[str, Sequence], tasks: Mapping[str, Sequence],
     errors = {name: 1.959964 * _panel_values(v, f"stderr of {name}", n) for name, v in (stderr or {}).items()
               if name in proxies or name in tasks}
     lower = frozenset(lower_is_better)
-    rows = correlation_table(proxy_values, task_values, lower_is_better=lower, n_resamples=0)
+    counted = np.ones(n, bool) if counted is None else np.asarray(counted, bool)
+    if counted.shape != (n,):
+        raise LmprobeError(f"{n} models but {counted.size} counted flags: pass one per model")
+    rows = correlation_table({k: np.where(counted, v, np.nan) for k, v in proxy_values.items()},
+                             {k: np.where(counted, v, np.nan) for k, v in task_values.items()},
+                             lower_is_better=lower, n_resamples=0)
     order = list(dict.fromkeys(groups))
     colours = {g: f"C{i % 10}" for i, g in enumerate(order)}
     group_of = np.asarray(groups, dtype=object)
@@ -212,7 +220,10 @@ def scatter_grid(proxies: Mapping[str, Sequence], tasks: Mapping[str, Sequence],
             for g in order:
                 pick = both & (group_of == g)
                 if pick.any():
-                    ax.scatter(t[pick], p[pick], s=16, color=colours[g], zorder=2)
+                    for filled in (True, False):
+                        own = pick & (counted == filled)
+                        ax.scatter(t[own], p[own], s=16, zorder=2, color=colours[g],
+                                   **({} if filled else {"facecolors": "none"}))
                     xerr, yerr = (errors[name][pick] if name in errors else None for name in (task, proxy))
                     if xerr is not None or yerr is not None:
                         ax.errorbar(t[pick], p[pick], xerr=xerr, yerr=yerr, fmt="none", ecolor=colours[g],

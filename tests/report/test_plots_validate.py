@@ -95,3 +95,14 @@ def test_standard_errors_are_drawn_as_95_percent_bars(monkeypatch, tmp_path):
 ])
 def test_a_label_prefix_every_point_shares_moves_to_the_title(labels, prefix):
     assert plots.shared_label_prefix(labels) == prefix
+
+
+def test_only_counted_points_enter_the_panel_statistics(tmp_path):
+    proxies, tasks = {"p": [1.0, 2.0, 3.0, 9.0]}, {"t": [1.0, 2.0, 3.0, 0.0]}  # the 4th point reverses the order
+    every = plots.scatter_grid(proxies, tasks, list("abcd"), None, str(tmp_path / "a.png"))
+    bases = plots.scatter_grid(proxies, tasks, list("abcd"), None, str(tmp_path / "b.png"),
+                               counted=[True, True, True, False])
+    assert every[0]["n"] == 4 and every[0]["spearman"]["estimate"] < 1
+    assert bases[0]["n"] == 3 and bases[0]["spearman"]["estimate"] == pytest.approx(1.0)
+    with pytest.raises(LmprobeError, match="counted flags"):
+        plots.scatter_grid(proxies, tasks, list("abcd"), None, str(tmp_path / "c.png"), counted=[True])
