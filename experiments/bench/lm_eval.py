@@ -10,15 +10,16 @@ rolling log-likelihood of single sentences; ``documents`` rolling log-likelihood
 1,000-2,000 tokens (quotations joined); ``generate`` greedy ``generate_until`` of a topic word. ``--tasks``
 adds lm-eval tasks of your own (``--include_path``) as further rows.
 
-Each backend runs in a subprocess of its own, loads the model once and runs every row twice through
-``lm_eval.simple_evaluate``: the first run includes lmprobe's compilations, the second (warm) is timed. Per row
-and side: requests/s and tokens/s of the warm run's time inside the model's request method (lm-eval's own
-work left out; tokens: context + continuation, the document, or prompt + generated tokens), and the peak
-resident memory during the row (VmHWM, reset before each row). Then the largest per-request |log-likelihood
-difference| (relative for rolling sums) or the share of equal generations. The reference is lm-eval's ``hf``
-loading the same checkpoint its own way (for the embedded smollm2-135m: transformers' GGUF loader on the same
-file), on CPU. JAX's CPU backend uses every core (``os.cpu_count()``); torch uses ``--torch_threads``
-(default: torch's own default), so run it once at the default and once at ``--torch_threads=$(nproc)``.
+Each backend runs each row in a subprocess of its own (so a row's peak memory is its own): it loads the model
+and runs the row twice through ``lm_eval.simple_evaluate``: the first run includes lmprobe's compilations, the
+second (warm) is timed. Per row and side: requests/s and tokens/s of the warm run's time inside the model's
+request method (lm-eval's own work left out; tokens: context + continuation, the document, or prompt +
+generated tokens), and the peak resident memory during the row (VmHWM, reset after loading). Then the largest
+per-request |log-likelihood difference| (relative for rolling sums) or the share of equal generations. The
+reference is lm-eval's ``hf`` loading the same checkpoint its own way (for the embedded smollm2-135m:
+transformers' GGUF loader on the same file), on CPU. JAX's CPU backend uses every core (``os.cpu_count()``);
+torch uses ``--torch_threads`` (default: torch's own default), so run it once at the default and once at
+``--torch_threads=$(nproc)``.
 """
 
 from __future__ import annotations
@@ -247,13 +248,15 @@ def main(argv=None):
         write_tasks(task_dir)
         reports = {}
         for backend in args.backends.split(","):
-            child = [sys.executable, "-m", "experiments.bench.lm_eval", f"--backend={backend}",
-                     f"--task_dir={task_dir}", f"--rows={','.join(rows)}", f"--model={args.model}",
-                     f"--dtype={args.dtype}", f"--batch_size={args.batch_size}",
-                     f"--torch_threads={args.torch_threads}", f"--include_path={args.include_path}"]
-            child += [f"--{k}={v}" for k in ("limit", "num_fewshot", "hf_model_args") if (v := getattr(args, k))]
-            out = subprocess.run(child, check=True, stdout=subprocess.PIPE, text=True).stdout
-            reports[backend] = json.loads(out.strip().splitlines()[-1])
+            for row in rows:  # a process per row: its peak memory is that row's alone
+                child = [sys.executable, "-m", "experiments.bench.lm_eval", f"--backend={backend}",
+                         f"--task_dir={task_dir}", f"--rows={row}", f"--model={args.model}",
+                         f"--dtype={args.dtype}", f"--batch_size={args.batch_size}",
+                         f"--torch_threads={args.torch_threads}", f"--include_path={args.include_path}"]
+                child += [f"--{k}={v}" for k in ("limit", "num_fewshot", "hf_model_args") if (v := getattr(args, k))]
+                out = subprocess.run(child, check=True, stdout=subprocess.PIPE, text=True).stdout
+                report = json.loads(out.strip().splitlines()[-1])
+                reports.setdefault(backend, {**report, "rows": {}})["rows"][row] = report["rows"][row]
     import jax
     import torch
 

@@ -18,6 +18,10 @@ from lmprobe.errors import LmprobeError
 # Powers of two and 1.5 times them: at most a third of a batch's positions are padding (the
 # synthetic-sentence lengths of SynTextBench went from 68% to 82% real tokens, 1.2x faster).
 LENGTH_BUCKETS = tuple(sorted({8 << i for i in range(13)} | {12 << i for i in range(12)}))
+# A partial batch that would carry this many padding tokens is cut into power-of-two pieces instead
+# (5 rows -> 4 + 1): another compiled shape costs about as much as running that many tokens (smollm2-135m
+# on 2 CPU cores: ~1.5 s a compile, ~3 ms a token at 2,048 positions).
+SPLIT_PADDING_TOKENS = 2048
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,13 +59,14 @@ def batch_size_for(length: int, batch_size: int, max_tokens: int | None, data_pa
 
 def make_batches(seqs: Sequence[Sequence[int]], *, batch_size: int, max_tokens: int | None = None,
                  buckets: Sequence[int] = LENGTH_BUCKETS, pad_id: int = 0, left_pad: bool = False,
-                 data_parallel: int = 1) -> list[Batch]:
+                 data_parallel: int = 1, split: bool = True) -> list[Batch]:
     """Bucketed, padded batches covering every sequence once, longest bucket first.
 
     ``batch_size`` and ``max_tokens`` are per shard of the mesh's 'data' axis (``data_parallel``
     shards): a full batch has ``batch_size_for(...)`` rows, ``batch_size`` x ``data_parallel`` when
     no token budget binds. The last, partial batch of a bucket has a power of two rows per shard
-    that holds it. ``left_pad`` puts padding first (generation); otherwise padding goes last.
+    that holds it or, with ``split`` and at least ``SPLIT_PADDING_TOKENS`` of padding, is cut into
+    power-of-two pieces. ``left_pad`` puts padding first (generation); otherwise padding goes last.
     """
     d = data_parallel
     lengths = np.asarray([len(s) for s in seqs], dtype=np.int64)
@@ -78,9 +83,24 @@ def make_batches(seqs: Sequence[Sequence[int]], *, batch_size: int, max_tokens: 
         rows = batch_size_for(length, batch_size, max_tokens, d)
         for start in range(0, len(members), rows):
             chunk = members[start:start + rows]
-            size = rows if len(chunk) == rows else min(rows, d * _pow2_at_least(-(-len(chunk) // d)))
-            batches.append(_pad(seqs, chunk, size, length, pad_id, left_pad))
+            for size in piece_rows(len(chunk), rows, length, d, split):
+                batches.append(_pad(seqs, chunk[:size], size, length, pad_id, left_pad))
+                chunk = chunk[size:]
     return batches
+
+
+def piece_rows(n: int, full: int, length: int, data_parallel: int = 1, split: bool = True) -> list[int]:
+    """Row counts of the batches holding ``n`` of a bucket's sequences (at most ``full``, a full batch):
+    a power of two per shard, or, where that pads ``SPLIT_PADDING_TOKENS`` or more and ``split``, the
+    powers of two that sum to the rows per shard, largest first."""
+    d = data_parallel
+    if n == full:
+        return [full]
+    per_shard = -(-n // d)
+    size = min(full, d * _pow2_at_least(per_shard))
+    if not split or (size - n) * length < SPLIT_PADDING_TOKENS:
+        return [size]
+    return [d << b for b in reversed(range(per_shard.bit_length())) if per_shard >> b & 1]
 
 
 def _pad(seqs, chunk, rows, length, pad_id, left_pad) -> Batch:

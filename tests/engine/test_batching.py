@@ -3,7 +3,14 @@
 import numpy as np
 import pytest
 
-from lmprobe.engine.batching import batch_size_for, bucket_length, make_batches, restore
+from lmprobe.engine.batching import (
+    SPLIT_PADDING_TOKENS,
+    batch_size_for,
+    bucket_length,
+    make_batches,
+    piece_rows,
+    restore,
+)
 from lmprobe.errors import LmprobeError
 
 
@@ -45,6 +52,23 @@ def test_batch_size_and_token_budget_are_per_device():
     assert [len(b.indices) for b in batches] == [8, 1, 16, 4]
     assert batch_size_for(10, 4, None, data_parallel=4) == 16
     assert batch_size_for(5000, 4, 2048, data_parallel=4) == 4  # never below one row per device
+
+
+def test_long_partial_batch_is_cut_into_powers_of_two():
+    seqs = [[1] * 2000] * 5 + [[1] * 1500] * 3 + [[1] * 10] * 5
+    batches = make_batches(seqs, batch_size=16)
+    # 5 rows of 2,048 would pad 3 more (6,144 tokens): 4 + 1; 3 of 1,536 pad 1,536 tokens, 5 of 12 pad 36: one batch
+    assert [b.shape for b in batches] == [(4, 2048), (1, 2048), (4, 1536), (8, 12)]
+    assert sorted(np.concatenate([b.indices for b in batches]).tolist()) == list(range(13))
+    assert [b.shape for b in make_batches(seqs[:5], batch_size=16, split=False)] == [(8, 2048)]
+
+
+def test_piece_rows_per_shard():
+    assert piece_rows(5, 16, 2048) == [4, 1]
+    assert piece_rows(5, 16, 2048, data_parallel=2) == [4, 2]  # 3 rows a shard: 2 + 1, each on both shards
+    assert piece_rows(7, 16, 2048, data_parallel=2) == [8]  # 4 a shard: one padding row, nothing to cut
+    assert piece_rows(16, 16, 2048) == [16]  # a full batch
+    assert piece_rows(3, 16, SPLIT_PADDING_TOKENS - 1) == [4]  # one padding row below the threshold
 
 
 def test_empty_sequence_is_named():

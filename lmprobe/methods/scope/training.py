@@ -104,7 +104,7 @@ def finetune(scorer: Scorer, texts: Sequence[str], labels, label_names: Sequence
             chunk = order[start:start + config.batch_size]
             length = bucket_length(max(len(seqs[i]) for i in chunk), scorer.buckets)
             (batch,) = make_batches([seqs[i] for i in chunk], batch_size=-(-len(chunk) // data_axis),
-                                    buckets=(length,), data_parallel=data_axis)
+                                    buckets=(length,), data_parallel=data_axis, split=False)
             rows = batch.shape[0]
             y, weight = np.zeros(rows, np.int32), np.zeros(rows, np.float32)
             y[:len(chunk)], weight[:len(chunk)] = labels[chunk[batch.indices]], 1.0
