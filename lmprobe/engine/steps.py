@@ -20,7 +20,9 @@ from lmprobe.engine.packing import PADDING, visibility
 from lmprobe.errors import LmprobeError
 from lmprobe.models import family_of
 
-TIME_CHUNK = 32  # positions per LM-head slice when scoring every token, at most
+# Positions per LM-head slice when scoring every token, at most. The head runs ~128 rows a slice: on 2 CPU
+# cores [128, 576] x [576, 49152] slices reach 123 GFLOP/s, slices of 32 rows (one row of 32 positions) 91.
+TIME_CHUNK = 128
 LOGITS_BYTES = 32 << 20  # and a slice's float32 logits, [B, slice, V], at most this (one row's at least)
 NO_HIDDEN = ("embeddings need hidden states, and this model gives logits only (a CallableLM whose apply returns "
              "logits): return (logits, hidden [B, T, D]) from apply")

@@ -17,7 +17,8 @@ class Model:
     config = Config()
 
 
-@pytest.mark.parametrize(("batch", "length", "want"), [(16, 96, 8), (16, 1, 1), (16, 12, 4), (1, 96, 32), (256, 64, 1)])
+@pytest.mark.parametrize(("batch", "length", "want"), [(16, 96, 8), (16, 1, 1), (16, 12, 4), (1, 96, 32),
+                                                       (1, 2048, 128), (256, 64, 1)])
 def test_a_slice_is_a_power_of_two_dividing_the_length_within_the_logits_budget(batch, length, want):
     chunk = steps.head_slice(Model(), batch, length)
     assert chunk == want and length % chunk == 0
