@@ -157,9 +157,10 @@ def prompt_batches(runner, seqs, max_length: int) -> list[Batch]:
     while start < len(order):
         length = bucket_length(len(seqs[order[start]]), runner.bucket_lengths(max_length))
         chunk = order[start:start + batch_size_for(length, runner.batch_size, runner.max_tokens, runner.data_parallel)]
-        batches += [dataclasses.replace(batch, indices=chunk[batch.indices]) for batch in make_batches(
-            [seqs[i] for i in chunk], batch_size=runner.batch_size, max_tokens=runner.max_tokens, buckets=(length,),
-            left_pad=True, data_parallel=runner.data_parallel)]
+        (batch,) = make_batches([seqs[i] for i in chunk], batch_size=runner.batch_size, max_tokens=runner.max_tokens,
+                                buckets=(length,), left_pad=True, data_parallel=runner.data_parallel,
+                                split=False)  # pieces would each run a decode loop that reads every weight per step
+        batches.append(dataclasses.replace(batch, indices=chunk[batch.indices]))
         start += len(chunk)
     return batches
 
