@@ -13,7 +13,15 @@ from flax import nnx
 
 from lmprobe.models.axes import EMBED, VOCAB
 from lmprobe.models.base import ModelOutput, hf_hidden_states
-from lmprobe.models.layers import LayerCache, Linear, Mask, default_positions, lm_logits, scan_layers
+from lmprobe.models.layers import (
+    LayerCache,
+    Linear,
+    Mask,
+    default_positions,
+    lm_logits,
+    scan_layers,
+    write_cache,
+)
 
 Array = jax.Array
 
@@ -66,22 +74,24 @@ def mask_and_positions(h: Array, attention_mask, positions, cache_index) -> tupl
 
 def run_blocks(blocks, h: Array, *, mask: Mask, positions: Array, cache: LayerCache | None,
                cache_index, output_hidden_states: bool, layer_inputs=None):
-    """Apply a decoder's stacked blocks with one scan; returns (h, per-layer outputs or None, cache).
+    """Apply a decoder's stacked blocks with one scan; returns (h, per-layer outputs or None, the
+    cache with this call's keys and values written).
 
-    Each block is called as ``block(h, mask=, positions=, cache=, cache_index=) -> (h, cache)``, plus
-    ``layer=`` its slice of ``layer_inputs`` (arrays with a leading layer axis: a layer's attention
-    window, its rope table) when given.
+    Each block is called as ``block(h, mask=, positions=, cache=, cache_index=) -> (h, written)``,
+    ``written`` the keys and values ``update_cache`` gave it to store, plus ``layer=`` its slice of
+    ``layer_inputs`` (arrays with a leading layer axis: a layer's attention window, its rope table)
+    when given.
     """
 
     def step(block, carry, inputs):
         layer_cache, layer = inputs
         extra = {} if layer_inputs is None else {"layer": layer}
-        out, new_cache = block(carry, mask=mask, positions=positions, cache=layer_cache,
-                               cache_index=cache_index, **extra)
-        return out, (out if output_hidden_states else None, new_cache)
+        out, written = block(carry, mask=mask, positions=positions, cache=layer_cache,
+                             cache_index=cache_index, **extra)
+        return out, (out if output_hidden_states else None, written)
 
-    h, (per_layer, new_cache) = scan_layers(blocks, step, h, (cache, layer_inputs))
-    return h, per_layer, new_cache
+    h, (per_layer, written) = scan_layers(blocks, step, h, (cache, layer_inputs))
+    return h, per_layer, write_cache(cache, written, cache_index)
 
 
 class DecoderLM(nnx.Module):

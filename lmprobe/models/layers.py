@@ -381,13 +381,30 @@ def layer_attention(q, k, v, mask: Mask, *, scale: float, windows: tuple, kind) 
 
 
 def update_cache(cache: LayerCache | None, k: Array, v: Array, index) -> tuple[Array, Array, LayerCache | None]:
-    """Write this step's k, v into the cache at slot ``index``; return the keys/values to attend to."""
+    """Keys and values to attend to (this layer's ``cache`` with this step's k, v written at slot
+    ``index``) and the entries written, k and v [B, T, K, D], for ``write_cache`` to store.
+
+    A scanned layer returns only what it wrote: returning its whole updated cache would copy the
+    cache once per step (read and write) and hold it twice; on a 2-core CPU a [16, 1] decoding step
+    over 1,024 slots spent 200 of its 460 ms in that copy (layers' cache and attention only).
+    """
     if cache is None:
         return k, v, None
+    written = LayerCache(k.astype(cache.k.dtype), v.astype(cache.v.dtype))
     start = (0, index, 0, 0)
-    new = LayerCache(jax.lax.dynamic_update_slice(cache.k, k.astype(cache.k.dtype), start),
-                     jax.lax.dynamic_update_slice(cache.v, v.astype(cache.v.dtype), start))
-    return new.k, new.v, new
+    return (jax.lax.dynamic_update_slice(cache.k, written.k, start),
+            jax.lax.dynamic_update_slice(cache.v, written.v, start), written)
+
+
+def write_cache(cache: LayerCache | None, written: LayerCache | None, index) -> LayerCache | None:
+    """The stacked cache [L, B, S, K, D] with every layer's ``written`` entries [L, B, T, K, D]
+    (``update_cache``'s, stacked by the layer scan) stored at slot ``index``: in place, when the
+    cache is not used afterwards (a decoding loop's carry)."""
+    if cache is None:
+        return None
+    start = (0, 0, index, 0, 0)
+    return LayerCache(jax.lax.dynamic_update_slice(cache.k, written.k, start),
+                      jax.lax.dynamic_update_slice(cache.v, written.v, start))
 
 
 # ----------------------------------------------------------------------------- layer stacks

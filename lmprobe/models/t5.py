@@ -40,6 +40,7 @@ from lmprobe.models.layers import (
     scan_layers,
     stacked,
     update_cache,
+    write_cache,
 )
 
 
@@ -231,13 +232,13 @@ class T5Stack(nnx.Module):
             layer_cache, layer_cross = layer
             if self.decoder and layer_cross is None:  # teacher forcing: project the encoder output here
                 layer_cross = block.layer[1].keys_values(encoder_hidden)
-            out, new_cache = block(carry, mask=mask, bias=bias, cache=layer_cache, cache_index=cache_index,
-                                   cross=layer_cross, encoder_mask=encoder_mask)
-            return out, (out if output_hidden_states else None, new_cache)
+            out, written = block(carry, mask=mask, bias=bias, cache=layer_cache, cache_index=cache_index,
+                                 cross=layer_cross, encoder_mask=encoder_mask)
+            return out, (out if output_hidden_states else None, written)
 
-        out, (per_layer, cache) = scan_layers(self.block, step, h, (cache, cross))
+        out, (per_layer, written) = scan_layers(self.block, step, h, (cache, cross))
         last = self.final_layer_norm(out)
-        return last, hf_hidden_states(h, per_layer, last), cache
+        return last, hf_hidden_states(h, per_layer, last), write_cache(cache, written, cache_index)
 
 
 class T5Cache(NamedTuple):
