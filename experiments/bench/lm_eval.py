@@ -1,7 +1,7 @@
 """lmprobe's lm-eval backend against lm-eval's own HF backend (``hf``), side by side on every request type.
 
     python -m experiments.bench.lm_eval [--model=smollm2-135m --dtype=float32 --batch_size=16 --torch_threads=N
-        --rows=mc1,mc0,mc3,sentences,documents,generate --limit=N --output=bench.json]
+        --rows=mc1,mc0,mc3,sentences,documents,generate --limit=N --repeats=N --output=bench.json]
 
 Rows (tasks written at run time to a temporary directory, from Debian's fortune files: quotations on science,
 law, food and politics, labelled by their file): ``mc1`` 4-way multiple choice with one-token answers
@@ -11,9 +11,10 @@ rolling log-likelihood of single sentences; ``documents`` rolling log-likelihood
 adds lm-eval tasks of your own (``--include_path``) as further rows.
 
 Each backend runs each row in a subprocess of its own (so a row's peak memory is its own): it loads the model
-and runs the row twice through ``lm_eval.simple_evaluate``: the first run includes lmprobe's compilations, the
-second (warm) is timed. Per row and side: requests/s and tokens/s of the warm run's time inside the model's
-request method (lm-eval's own work left out; tokens: context + continuation, the document, or prompt +
+and runs the row through ``lm_eval.simple_evaluate`` once to compile (lmprobe) and ``--repeats`` times warm; the
+two sides of a row run back to back, so that a drift of the machine's speed between rows touches both alike.
+Per row and side: requests/s and tokens/s of the median warm run's time (with the range over repeats) inside the
+model's request method (lm-eval's own work left out; tokens: context + continuation, the document, or prompt +
 generated tokens), and the peak resident memory during the row (VmHWM, reset after loading). Then the largest
 per-request |log-likelihood difference| (relative for rolling sums) or the share of equal generations. The
 reference is lm-eval's ``hf`` loading the same checkpoint its own way (for the embedded smollm2-135m:
@@ -181,14 +182,16 @@ def run_backend(args) -> None:
         task, shots, limit = row_task(row, args)
         reset_peak_rss()
         runs = []
-        for _ in range(2):  # the first compiles (lmprobe), the second is timed
+        for _ in range(1 + args.repeats):  # the first compiles (lmprobe), the others are timed
             spent.append(0.0)
             tokens.append(0)
             runs.append(lm_eval.simple_evaluate(model=lm, tasks=[task], task_manager=manager, limit=limit,
                                                 num_fewshot=shots, log_samples=True, verbosity="ERROR"))
         samples = runs[-1]["samples"][task]
+        warm = spent[-args.repeats:]
         report["rows"][row] = {
-            "first_s": spent[-2], "seconds": spent[-1], "tokens": tokens[-1], "peak_rss_mb": peak_rss_mb(),
+            "first_s": spent[-1 - args.repeats], "seconds": float(np.median(warm)), "range_s": [min(warm), max(warm)],
+            "tokens": tokens[-1], "peak_rss_mb": peak_rss_mb(),
             "requests": sum(len(s["resps"]) for s in samples), "responses": responses(samples),
             "metrics": {k.split(",")[0]: float(v) for k, v in runs[-1]["results"][task].items()
                         if "," in k and "stderr" not in k and isinstance(v, (int, float))}}
@@ -234,6 +237,7 @@ def main(argv=None):
     p.add_argument("--batch_size", type=int, default=16, help="both backends (lmprobe: per device)")
     p.add_argument("--limit", type=int, default=None, help="documents per row (default: each row's own)")
     p.add_argument("--num_fewshot", type=int, default=None, help="few-shot examples for --tasks rows")
+    p.add_argument("--repeats", type=int, default=1, help="warm runs of each row per side (median and range)")
     p.add_argument("--torch_threads", type=int, default=0, help="torch threads of hf (0: torch's default)")
     p.add_argument("--backends", default=",".join(BACKENDS), help="lmprobe,hf (one alone: no comparison)")
     p.add_argument("--output", default=None, help="also write the table as JSON here")
@@ -247,11 +251,11 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as task_dir:
         write_tasks(task_dir)
         reports = {}
-        for backend in args.backends.split(","):
-            for row in rows:  # a process per row: its peak memory is that row's alone
+        for row in rows:
+            for backend in args.backends.split(","):  # a process per row: its peak memory is that row's alone
                 child = [sys.executable, "-m", "experiments.bench.lm_eval", f"--backend={backend}",
                          f"--task_dir={task_dir}", f"--rows={row}", f"--model={args.model}",
-                         f"--dtype={args.dtype}", f"--batch_size={args.batch_size}",
+                         f"--dtype={args.dtype}", f"--batch_size={args.batch_size}", f"--repeats={args.repeats}",
                          f"--torch_threads={args.torch_threads}", f"--include_path={args.include_path}"]
                 child += [f"--{k}={v}" for k in ("limit", "num_fewshot", "hf_model_args") if (v := getattr(args, k))]
                 out = subprocess.run(child, check=True, stdout=subprocess.PIPE, text=True).stdout
@@ -265,24 +269,29 @@ def main(argv=None):
               f"{reports.get('hf', {}).get('torch_threads', torch.get_num_threads())}, load average "
               f"{os.getloadavg()[0]:.1f}; load s: " + ", ".join(f"{b} {r['load_s']:.1f}" for b, r in reports.items()))
     print(header)
-    print(f"{'row':<11}{'backend':<9}{'requests':>9}{'tokens':>9}{'warm s':>8}{'req/s':>9}{'tok/s':>9}"
+    print(f"{'row':<11}{'backend':<9}{'requests':>9}{'tokens':>9}{'warm s':>8}{'range s':>13}{'req/s':>9}{'tok/s':>9}"
           f"{'peak MB':>9}{'first s':>9}  metrics")
     table = {"header": header, "rows": []}
     for row in rows:
         entry = {"row": row, "what": ROWS.get(row, (row, 0, 0, "lm-eval task"))[3]}
         for backend, report in reports.items():
             r = report["rows"][row]
-            entry[backend] = {k: r[k] for k in ("requests", "tokens", "seconds", "first_s", "peak_rss_mb", "metrics")}
+            entry[backend] = {k: r[k] for k in ("requests", "tokens", "seconds", "range_s", "first_s", "peak_rss_mb",
+                                                "metrics")}
             entry[backend].update(requests_per_s=r["requests"] / r["seconds"], tokens_per_s=r["tokens"] / r["seconds"])
             e = entry[backend]
-            print(f"{row:<11}{backend:<9}{e['requests']:>9}{e['tokens']:>9}{e['seconds']:>8.2f}"
+            spread = "{:.2f}-{:.2f}".format(*e["range_s"])
+            print(f"{row:<11}{backend:<9}{e['requests']:>9}{e['tokens']:>9}{e['seconds']:>8.2f}{spread:>13}"
                   f"{e['requests_per_s']:>9.1f}{e['tokens_per_s']:>9.0f}{e['peak_rss_mb']:>9.0f}{e['first_s']:>9.1f}"
                   f"  {', '.join(f'{k} {v:.4g}' for k, v in e['metrics'].items())}")
         if len(reports) == 2:
             ours, ref = (reports[b]["rows"][row]["responses"] for b in BACKENDS)
             text, entry["difference"] = agreement(ours, ref, row in ("sentences", "documents"))
             entry["speedup"] = entry["hf"]["seconds"] / entry["lmprobe"]["seconds"]
-            print(f"{'':<11}lmprobe {entry['speedup']:.2f}x hf; per-request log-likelihood difference: {text}")
+            low, high = (entry["hf"]["range_s"][0] / entry["lmprobe"]["range_s"][1],
+                         entry["hf"]["range_s"][1] / entry["lmprobe"]["range_s"][0])
+            spread = f" (fastest and slowest repeats: {low:.2f}-{high:.2f}x)" if args.repeats > 1 else ""
+            print(f"{'':<11}lmprobe {entry['speedup']:.2f}x hf{spread}; per-request log-likelihood difference: {text}")
         table["rows"].append(entry)
     if args.output:
         with open(args.output, "w") as f:

@@ -1,0 +1,20 @@
+"""Smoke test: the lm-eval benchmark runs both backends on a row, repeats it, and agrees with itself."""
+
+from __future__ import annotations
+
+import json
+
+from experiments.bench import lm_eval as bench
+
+
+def test_benchmark_runs_both_backends_with_repeats(tmp_path, capsys):
+    path = tmp_path / "bench.json"
+    bench.main(["--rows=mc1", "--limit=2", "--repeats=2", f"--output={path}"])
+    (row,) = json.loads(path.read_text())["rows"]
+    for side in ("lmprobe", "hf"):
+        low, high = row[side]["range_s"]
+        assert 0 < low <= row[side]["seconds"] <= high
+        assert row[side]["requests"] == 8 and row[side]["tokens"] > 0
+    assert row["difference"] < 1e-4  # the same log-likelihoods from both backends
+    assert row["speedup"] == row["hf"]["seconds"] / row["lmprobe"]["seconds"]
+    assert "fastest and slowest repeats" in capsys.readouterr().out
