@@ -244,6 +244,8 @@ def main(argv=None):
     p.add_argument("--backend", default=None, help=argparse.SUPPRESS)  # the child
     p.add_argument("--task_dir", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.repeats < 1:
+        p.error(f"--repeats={args.repeats}: at least one warm run is needed; pass --repeats=1 or more")
     if args.backend:
         return run_backend(args)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from experiments.bench import lm_eval as bench
 
 
@@ -16,5 +18,10 @@ def test_benchmark_runs_both_backends_with_repeats(tmp_path, capsys):
         assert 0 < low <= row[side]["seconds"] <= high
         assert row[side]["requests"] == 8 and row[side]["tokens"] > 0
     assert row["difference"] < 1e-4  # the same log-likelihoods from both backends
-    assert row["speedup"] == row["hf"]["seconds"] / row["lmprobe"]["seconds"]
     assert "fastest and slowest repeats" in capsys.readouterr().out
+
+
+def test_benchmark_refuses_zero_repeats(capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--rows=mc1", "--repeats=0"])
+    assert "--repeats=0: at least one warm run" in capsys.readouterr().err
