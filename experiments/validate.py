@@ -21,15 +21,18 @@ Then, per family group (encoders, decoders):
   SIGMA rises; NAME@drop-layer=K, falls with the layers dropped) or the checkpoints of one training
   run (--ladder_checkpoints, quality rises with step; the run's own held-out loss from each Orbax
   step's metadata as a task). Per ladder, every number's Kendall trend against the known order
-  with its exact permutation p and whether it is monotone; for a run also each proxy against
-  held-out loss and bits per byte across its checkpoints.
+  with its exact one-sided p in the direction fixed in advance, Holm-adjusted across the proxies,
+  its power, and whether it is monotone; a training run's checkpoints are not exchangeable, so
+  its trends and its proxies against held-out loss and bits per byte are descriptive (no p).
 * correlations across models: one point per base model (the model itself; a run's last
   checkpoint), variants dropped, since a ladder's members are not independent models. Spearman
-  and Kendall with exact permutation p (enumeration up to 9 models), whether n can reach p < 0.05,
-  bootstrap intervals with and without the per-model standard errors, Pearson only beside a
-  robust Pearson with the outliers named. Fewer than 3 base models: no correlation, said so.
+  and Kendall with exact permutation p (enumeration up to 9 models), Spearman's p Holm-adjusted
+  across the table and the test's power, whether n can reach p < 0.05, Kendall's distribution-free
+  interval, Pearson only beside a robust Pearson with the outliers named. Fewer than 3 base
+  models: no correlation, said so.
   --pooled adds the table over every model, labelled as pooling.
-* resolved pairs: which models each number tells apart given the standard errors.
+* resolved pairs: which models each number tells apart given the standard errors (t tests on
+  the errors' degrees of freedom, Holm across the pairs).
 One scatter grid per group and OUTPUT_DIR/results.json with all of it.
 
 Signs: a lower-is-better number (BYOD tokenization sensitivity, bits per byte, held-out loss) is
@@ -97,13 +100,12 @@ class FrontEnd:
     prose_texts: int = 60  # held-out reviews (rt-reviews test split) for bits per byte (decoders)
     prose_chars: int = 1500  # characters of each review, cut at a word boundary
     tweets_min_confidence: float = 0.0  # keep tweets whose annotator confidence is at least this
-    bootstrap: int = 2000  # bootstrap resamples of the models for the intervals
 
 
 def build_parser():
     p = cli.parser(__doc__, "validate")
     counts = ("byod_examples", "probe_train", "probe_test", "zero_shot_examples", "prose_texts", "prose_chars",
-              "bootstrap", "syntextbench_trials")
+              "syntextbench_trials")
     cli.front_end(p, FrontEnd, convert={**dict.fromkeys(counts, flags.bounded(1)), "synbench_n": flags.bounded(8),
                                         "synbench_n_per_width": flags.bounded(2), "zero_shot_chars": flags.bounded(0),
                                         "synbench_scales": flags.bounded(0, base=float, strict=True),
@@ -309,17 +311,19 @@ def measure(entry: Entry, args, data: Data, run_dir: str, run: cli.Run, widths: 
               "ladder": list(entry.ladder) if entry.ladder else None, "group": group, "width": width,
               "synbench_n": proxies_lib.synbench_n(proxies_lib.Settings.of(args), width)
               if "synbench" in args.proxies else None,
-              "numbers": {}, "stderr": {}, "seconds": {}, "load_s": time.perf_counter() - start}
+              "numbers": {}, "stderr": {}, "df": {}, "seconds": {}, "load_s": time.perf_counter() - start}
     if entry.heldout_loss is not None:
         record["numbers"][HELDOUT] = float(entry.heldout_loss)
     cache_dir = join(run_dir, "cache")
     for stage, settings in _stages(args, decoder).items():
         t = time.perf_counter()
-        numbers, stderr = proxies_lib.split_stderr(proxies_lib.cached_stage(
+        found = proxies_lib.cached_stage(
             run_dir, stage, settings, scorer,
-            lambda stage=stage: _run_stage(stage, scorer, entry.model, args, data, cache_dir)))
+            lambda stage=stage: _run_stage(stage, scorer, entry.model, args, data, cache_dir))
+        numbers, stderr = proxies_lib.split_stderr(found)
         record["numbers"].update(numbers)
         record["stderr"].update({k: v for k, v in stderr.items() if v is not None})
+        record["df"].update(proxies_lib.degrees_of_freedom(found, proxies_lib.Settings.of(args)))
         record["seconds"][stage] = time.perf_counter() - t
         log.info(f"{entry.label}: {stage} in {record['seconds'][stage]:.1f} s")
     return record
@@ -337,21 +341,22 @@ def number_names(records: list[dict]) -> tuple[list[str], list[str]]:
     return proxies, tasks
 
 
-def _columns(records: list[dict], names: list[str]) -> tuple[dict, dict]:
-    """({name: value per record}, {name: stderr per record}) for ``names``."""
+def _columns(records: list[dict], names: list[str]) -> tuple[dict, dict, dict]:
+    """({name: value per record}, {name: stderr per record}, {name: degrees of freedom per record})
+    for ``names`` (a number without errors, or without small degrees of freedom, is left out there)."""
     values = {n: [r["numbers"].get(n) for r in records] for n in names}
-    stderr = {n: [r["stderr"].get(n) for r in records] for n in names}  # numbers without any: held fixed
-    return values, {n: e for n, e in stderr.items() if any(v is not None for v in e)}
+    stderr = {n: [r["stderr"].get(n) for r in records] for n in names}
+    df = {n: [r.get("df", {}).get(n) for r in records] for n in names}
+    return (values, {n: e for n, e in stderr.items() if any(v is not None for v in e)},
+            {n: d for n, d in df.items() if any(v is not None for v in d)})
 
 
-def _table(records: list[dict], args, tasks: list[str] | None = None) -> list[dict]:
+def _table(records: list[dict], tasks: list[str] | None = None, *, serial: bool = False) -> list[dict]:
     proxies, all_tasks = number_names(records)
     tasks = all_tasks if tasks is None else tasks
-    proxy_values, proxy_stderr = _columns(records, proxies)
-    task_values, task_stderr = _columns(records, tasks)
-    rows = correlation.correlation_table(proxy_values, task_values, lower_is_better=LOWER_IS_BETTER,
-                                         n_resamples=args.bootstrap, seed=args.seed,
-                                         stderr={**proxy_stderr, **task_stderr})
+    values, stderr, df = _columns(records, proxies + tasks)
+    rows = correlation.correlation_table({p: values[p] for p in proxies}, {t: values[t] for t in tasks},
+                                         lower_is_better=LOWER_IS_BETTER, stderr=stderr, df=df, serial=serial)
     labels = [r["label"] for r in records]
     for row in rows:  # outliers named by model, not index
         row["outlier_models"] = {side: [labels[i] for i in found]
@@ -375,10 +380,10 @@ def correlate(records: list[dict], args) -> dict:
             entry["note"] = (f"{plural(len(points), 'base model')} ({', '.join(entry['models'])}): a correlation "
                              f"across models needs {correlation.MIN_MODELS} or more; none computed")
         else:
-            entry["rows"] = _table(points, args, [t for t in number_names(points)[1] if t != HELDOUT])
+            entry["rows"] = _table(points, [t for t in number_names(points)[1] if t != HELDOUT])
         if args.pooled:
             entry["pooled"] = {"models": [r["label"] for r in rows], "why": POOLED_WHY,
-                               "rows": _table(rows, args, [t for t in number_names(rows)[1] if t != HELDOUT])}
+                               "rows": _table(rows, [t for t in number_names(rows)[1] if t != HELDOUT])}
         out[group] = entry
     return out
 
@@ -392,16 +397,17 @@ def ladder_trends(records: list[dict], args) -> dict:
         rows = [r for r in records if r["group"] == group]
         ladders, notes = find_ladders(rows)
         proxies, tasks = number_names(rows)
-        values, stderr = _columns(rows, proxies + tasks)
-        table = correlation.ladder_table({name: (ladder["indices"], ladder["direction"])
+        values, stderr, df = _columns(rows, proxies + tasks)
+        table = correlation.ladder_table({name: (ladder["indices"], ladder["direction"], ladder["direction"] == RISES)
                                           for name, ladder in ladders.items()}, values,
-                                         lower_is_better=LOWER_IS_BETTER, stderr=stderr) if ladders else []
+                                         lower_is_better=LOWER_IS_BETTER, stderr=stderr, df=df,
+                                         family=proxies) if ladders else []
         runs = {}
         for name, ladder in ladders.items():
             members = [rows[i] for i in ladder["indices"]]
             if ladder["direction"] == RISES and len(members) >= correlation.MIN_MODELS:
-                runs[name] = _table(members, args, [t for t in (HELDOUT, "prose_bits_per_byte")
-                                                    if any(t in r["numbers"] for r in members)])
+                runs[name] = _table(members, [t for t in (HELDOUT, "prose_bits_per_byte")
+                                              if any(t in r["numbers"] for r in members)], serial=True)
         out[group] = {"ladders": ladders, "notes": notes, "rows": table, "training": runs}
     return out
 
@@ -413,17 +419,19 @@ def resolved(records: list[dict]) -> dict:
     for group in sorted({r["group"] for r in records}):
         rows = [r for r in records if r["group"] == group]
         proxies, tasks = number_names(rows)
-        values, stderr = _columns(rows, proxies + tasks)
+        values, stderr, df = _columns(rows, proxies + tasks)
         out[group] = {}
         for name in proxies + tasks:
             have = [i for i, v in enumerate(values[name]) if v is not None and np.isfinite(v)]
             if len(have) < 2:
                 continue
-            errors = stderr.get(name)
+            errors, dofs = stderr.get(name), df.get(name)
             got = significance.resolved_pairs([values[name][i] for i in have],
-                                              None if errors is None else [errors[i] for i in have])
+                                              None if errors is None else [errors[i] for i in have],
+                                              df=None if dofs is None else [dofs[i] for i in have])
             labels = [rows[i]["label"] for i in have]
-            out[group][name] = {"n_resolved": got["n_resolved"], "n_pairs": got["n_pairs"], "level": got["level"],
+            out[group][name] = {"n_resolved": got["n_resolved"], "n_resolved_unadjusted": got["n_resolved_unadjusted"],
+                                "n_pairs": got["n_pairs"], "level": got["level"], "adjust": got["adjust"],
                                 **{k: [[labels[i], labels[j]] for i, j in got[k]]
                                    for k in ("resolved", "unresolved", "unknown")}}
     return out
@@ -451,10 +459,11 @@ def model_lines(rows: list[dict], group: str, resolved_pairs: dict) -> list[str]
              "number".ljust(28) + " ".join(label[:width].rjust(width) for label in labels)]
     lines += [name[:28].ljust(28) + " ".join(_value(r["numbers"].get(name), r["stderr"].get(name)).rjust(width)
                                              for r in rows) for name in names]
-    lines.append(f"== {group}: pairs of models each number resolves (|difference| > 1.96 x combined standard "
-                 "error; pairs without a standard error unknown)")
+    lines.append(f"== {group}: pairs of models each number resolves (t test of each difference on its errors' "
+                 "degrees of freedom, Holm-adjusted across the number's pairs at 0.05; unadjusted count in "
+                 "brackets; pairs without a standard error unknown)")
     for name, got in resolved_pairs.items():
-        text = f"{got['n_resolved']} of {got['n_pairs']}"
+        text = f"{got['n_resolved']} of {got['n_pairs']} ({got.get('n_resolved_unadjusted', got['n_resolved'])})"
         if len(got["unknown"]) == got["n_pairs"]:
             text = "no standard error"
         elif got["unknown"]:
@@ -479,8 +488,11 @@ def ladder_lines(group: str, trends: dict) -> list[str]:
         order = " < ".join(plots.short_model_name(m) for m in ladder["models"])
         lines.append(f"== {group}: ladder {name} (known order: {order}; quality {ladder['direction']} along it)")
         lines.append("   Kendall tau against the order, signed: + = moves the way quality does (lower-is-better "
-                     "numbers reversed); exact permutation p; monotone = at every step; steps resolved by the "
-                     "standard errors")
+                     "numbers reversed); exact one-sided p in that direction, Holm-adjusted across the proxies "
+                     "(p_Holm); power of the test at tau's n for correlations 0.5 / 0.7 / 0.9; monotone = at "
+                     "every step; steps resolved by the standard errors (t tests, Holm across the steps)")
+        if ladder["direction"] == RISES:
+            lines.append(f"   {correlation.SERIAL_NOTE}")
         for row in trends["rows"]:
             if row["ladder"] != name or not row.get("n"):
                 continue  # a number not measured on this ladder's models
@@ -489,16 +501,27 @@ def ladder_lines(group: str, trends: dict) -> list[str]:
                 continue
             steps = row.get("resolved_steps")
             way = "follows" if row["tau"] > 0 else "against" if row["tau"] < 0 else "flat"
-            text = f"   {row['name'][:28]:<28} tau {row['tau']:+.2f}  p {_p(row['p'])}  {way}, "
-            text += MONOTONE[row["monotone"]]
+            text = f"   {row['name'][:28]:<28} tau {row['tau']:+.2f}  "
+            if row.get("p") is not None:
+                text += f"p {_p(row['p'])}"
+                text += f" p_Holm {_p(row['p_adjusted'])}" if row.get("p_adjusted") is not None else ""
+                text += f" power {'/'.join(f'{v:.2f}' for v in row['power'].values())}  "
+            text += f"{way}, {MONOTONE[row['monotone']]}"
             if steps and not steps["unknown"]:
                 text += f"; steps resolved {steps['n_resolved']} of {steps['n_steps']}"
             lines.append(text)
         rows = trends["rows"]
         unreachable = next((r for r in rows if r["ladder"] == name and r.get("reachable") is False), None)
         if unreachable is not None:
-            lines.append(f"   n = {unreachable['n']}: no order reaches p < 0.05 (smallest p "
+            lines.append(f"   n = {unreachable['n']}: no order reaches one-sided p < 0.05 (smallest p "
                          f"{_p(unreachable['min_p'])})")
+        family = next((r for r in rows if r["ladder"] == name and r.get("family_size")), None)
+        if family is not None:
+            strictest = 0.05 / family["family_size"]
+            size = plural(family["family_size"], "proxy", "proxies")
+            lines.append(f"   {size} on this ladder: Holm's strictest step needs p <= {strictest:.4f}"
+                         + (f", below the smallest p at n = {family['n']}: no proxy can pass"
+                            if family["min_p"] > strictest else ""))
         if name in trends["training"]:
             lines.append("   across the run's checkpoints, each proxy against held-out loss and bits per byte:")
             lines += ["   " + line for line in correlation_lines(trends["training"][name])]
@@ -507,9 +530,10 @@ def ladder_lines(group: str, trends: dict) -> list[str]:
 
 
 def correlation_lines(rows: list[dict]) -> list[str]:
-    """One line per (proxy, task): Spearman and Kendall with exact p, the Spearman interval with
-    per-model noise (two levels: models and their standard errors), Pearson only beside the
-    outlier-free Pearson, outliers named; a last line when n cannot reach p < 0.05."""
+    """One line per (proxy, task): Spearman with exact p (Holm-adjusted across the table) and power,
+    Kendall with exact p and its distribution-free interval, Pearson only beside the outlier-free
+    Pearson, outliers named; a last line when n cannot reach p < 0.05. Serial rows (one run's
+    checkpoints) have no p."""
     lines = []
     for row in rows:
         rho, tau = row["spearman"], row["kendall"]
@@ -517,12 +541,14 @@ def correlation_lines(rows: list[dict]) -> list[str]:
         if rho.get("estimate") is None:
             lines.append(f"{head}: {row.get('note') or '-'}")
             continue
-        text = (f"{head}  rho {rho['estimate']:+.2f} p {_p(rho['p'])}  tau {tau['estimate']:+.2f} "
-                f"p {_p(tau['p'])}")
-        if rho.get("low_with_noise") is not None:
-            text += f"  rho 95% [{rho['low_with_noise']:+.2f}, {rho['high_with_noise']:+.2f}] with noise"
-        elif rho.get("low") is not None:
-            text += f"  rho 95% [{rho['low']:+.2f}, {rho['high']:+.2f}] bootstrap"
+        if row.get("serial"):
+            text = f"{head}  rho {rho['estimate']:+.2f}  tau {tau['estimate']:+.2f} (descriptive)"
+        else:
+            text = (f"{head}  rho {rho['estimate']:+.2f} p {_p(rho['p'])} p_Holm {_p(row['p_adjusted'])} power "
+                    f"{'/'.join(f'{v:.2f}' for v in row['power'].values())}  tau {tau['estimate']:+.2f} "
+                    f"p {_p(tau['p'])}")
+        if tau.get("low") is not None:
+            text += f"  tau 95% [{tau['low']:+.2f}, {tau['high']:+.2f}]"
         robust = row.get("pearson_robust") or {}
         text += (f"  r {number(row['pearson']['estimate'], '+.2f')}, without outliers "
                  f"{number(robust.get('estimate'), '+.2f')}")
@@ -531,7 +557,7 @@ def correlation_lines(rows: list[dict]) -> list[str]:
         if flagged:
             text += f" (outliers: {', '.join(plots.short_model_name(m) for m in flagged)})"
         lines.append(text)
-    short = next((r for r in rows if r.get("reachable") is False), None)
+    short = next((r for r in rows if r.get("reachable") is False and not r.get("serial")), None)
     if short is not None:
         lines.append(f"   n = {short['n']} cannot reach p < 0.05 (smallest p {_p(short['min_p'])}, every ordering "
                      "considered): no correlation here can be significant")
@@ -573,7 +599,7 @@ def scatter_plots(records: list[dict], run_dir: str) -> None:
         rows = [r for r in records if r["group"] == group]
         proxies, tasks = number_names(rows)
         if proxies and tasks:
-            values, stderr = _columns(rows, proxies + tasks)
+            values, stderr, _ = _columns(rows, proxies + tasks)
             picked = base_points(rows)[0]
             pooled = len(picked) < correlation.MIN_MODELS
             why = ("panels pool every point (fewer than 3 base models: ladder points are not independent)" if pooled

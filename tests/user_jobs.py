@@ -36,7 +36,7 @@ JOBS = {
                        "--n_templates=1", "--m_samples=1", "--label_names=negative,positive"],
     "validate": ["validate", "--models=minilm-l6,minilm-l6@noise=0.05,minilm-l6@noise=0.1",
                  "--proxies=syntextbench", "--tasks=probes", "--syntextbench_n=200", "--syntextbench_levels=0,0.5",
-                 "--syntextbench_trials=1", "--probe_train=40", "--probe_test=30", "--bootstrap=50"],
+                 "--syntextbench_trials=1", "--probe_train=40", "--probe_test=30"],
     "train": ["train", "--preset=tiny"],
     "sweep": ["sweep", "--checkpoints={jobs}/train/checkpoints", "--methods=byod", "--byod_examples=8",
               "--heldout=fortunes", "--heldout_texts=8"],  # the train job's checkpoints

@@ -37,6 +37,7 @@ SYNBENCH_A_T = 0.7
 SYNBENCH_CORRECTED = "score_corrected"  # synbench.Result.scores' key of the bias-corrected eps = 0 score
 CACHE_VERSION = 1
 STDERR = "_stderr"  # suffix of a number's standard error
+DF = "_df"  # suffix of the degrees of freedom behind a standard error (none: a normal error, many examples)
 log = _logging.get("methods")
 
 
@@ -122,7 +123,8 @@ def run_stage(stage: str, scorer, name: str, s: Settings, inputs: Inputs, cache_
             return {"syntextbench": trials[0].score}
         summary = syntextbench.summarize_trials(trials)
         return {"syntextbench": summary["score"]["mean"],
-                f"syntextbench{STDERR}": summary["score"]["std"] / len(trials) ** 0.5}
+                f"syntextbench{STDERR}": summary["score"]["std"] / len(trials) ** 0.5,
+                f"syntextbench{DF}": len(trials) - 1}
     if stage == "synbench":
         return synbench_numbers(scorer, name, s, cache_dir, progress=progress)
     if stage == "byod":
@@ -209,6 +211,16 @@ def run(scorer, name: str, proxies, s: Settings, inputs: Inputs, run_dir: str, *
 
 
 def split_stderr(numbers: dict) -> tuple[dict, dict]:
-    """({name: value}, {name: standard error}) of a stage's numbers."""
-    values = {k: v for k, v in numbers.items() if not k.endswith(STDERR)}
+    """({name: value}, {name: standard error}) of a stage's numbers (``degrees_of_freedom`` has the rest)."""
+    values = {k: v for k, v in numbers.items() if not k.endswith((STDERR, DF))}
     return values, {k[:-len(STDERR)]: v for k, v in numbers.items() if k.endswith(STDERR)}
+
+
+def degrees_of_freedom(numbers: dict, settings: Settings) -> dict:
+    """{name: degrees of freedom} behind a stage's standard errors where they are few: SynTextBench's
+    mean of trials has trials - 1 (also for stages cached before they were recorded); errors over
+    many examples are left out (normal)."""
+    out = {k[:-len(DF)]: v for k, v in numbers.items() if k.endswith(DF)}
+    if f"syntextbench{STDERR}" in numbers and "syntextbench" not in out:
+        out["syntextbench"] = settings.syntextbench_trials - 1
+    return out

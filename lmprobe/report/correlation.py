@@ -26,17 +26,19 @@ permutation p-values, critical values, trends, outliers and resolved pairs in ``
   drawn n times) has no correlation: it is skipped and counted, and when more than half are
   skipped the result says so (``degenerate``) instead of raising. Pearson, Spearman and Kendall
   are computed for all resamples at once; any other ``statistic(x, y)`` is called per resample.
-  The resamples depend only on ``seed`` and the number of models, so one seed gives the same
-  resampled model sets to every statistic. With 6-8 models a percentile bootstrap is not a valid
-  interval by itself: read it beside the exact permutation p-value.
-* ``two_level_interval``: the bootstrap with per-model uncertainty: each resample draws models
-  with replacement *and* each drawn model's two values from N(value, stderr^2), a parametric
-  stand-in for resampling examples within models; ``noise_only`` keeps the models and redraws
-  only the values, which says whether the rankings themselves are resolved.
+  The resamples depend only on ``seed`` and the number of models. Over 4-9 models it is not a
+  confidence interval (seeded simulations: coverage 0.73 at n = 4, true correlation 0.9): the
+  tables do not use it.
 * ``correlation_table``: how well each label-free proxy tracks each real task, one row per
-  (proxy, task) with the three statistics, their bootstrap intervals and exact permutation
-  p-values, whether n models can reach p < 0.05 at all, Pearson beside a skipped (outlier-free)
-  Pearson, the outliers, and with standard errors the two-level interval and the resolved pairs.
+  (proxy, task) with the three statistics and their exact permutation p-values (two-sided), Holm's
+  adjustment of the Spearman p across the table's rows, the power of the exact Spearman test at
+  the row's n, Kendall's tau with its distribution-free interval (``significance.tau_interval``,
+  the only interval given: a percentile bootstrap over 4-9 models under-covers, and one that adds
+  each model's noise to values that already carry it is unsound), whether n models can reach
+  p < 0.05 at all, Pearson beside a skipped (outlier-free) Pearson, the outliers, and with
+  standard errors the resolved pairs of each side (t tests on their degrees of freedom, Holm
+  across the pairs). ``serial=True`` (checkpoints of one training run): the models are not
+  exchangeable, so no permutation p is given; the statistics are descriptive.
   Sign convention, as in ``metric_correlation``: every lower-is-better entry (proxy or task; e.g.
   a loss, bits per byte, a sensitivity where less sensitive is better) is negated first, so a
   *positive* correlation always means "the proxy orders the models as the task does" (two
@@ -45,9 +47,13 @@ permutation p-values, critical values, trends, outliers and resolved pairs in ``
   reports that count ``n``. A row that cannot be computed (n < 3, a constant side, different
   lengths) gets None estimates and a ``note`` saying why; the table never raises for the data.
 * ``ladder_table``: for each ladder (one model's variants in a known order, e.g. rising weight
-  noise) and each number, Kendall's tau against the order with its exact p, signed so that
-  positive = moves the way quality should, strict monotonicity, and the adjacent steps the
-  standard errors resolve.
+  noise) and each number, Kendall's tau against the order signed so that positive = moves the way
+  quality should, its exact *one-sided* p in that direction (stated before the data), Holm's
+  adjustment across the numbers of ``family`` on the same ladder, the power of the test at its n,
+  strict monotonicity, and the adjacent steps the standard errors resolve (Holm across the
+  steps). A serial ladder (checkpoints of one training run) gets no p: its points are not
+  exchangeable, and a block permutation of at most 9 checkpoints has too few orderings to reach
+  p < 0.05 (3 blocks: 3! = 6, smallest p 1/6).
 
 Except in the two tables, fewer than 3 models, inputs of different lengths, non-finite scores or
 a constant input raise ``LmprobeError``: a correlation with a constant vector is undefined (the
@@ -57,6 +63,7 @@ paper prints "-").
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -71,17 +78,22 @@ from lmprobe.report.coefficients import (
     batch_statistic,
     kendall,
     pearson,
+    per_model,
     require_varying,
     spearman,
 )
 from lmprobe.report.significance import (
+    POWER_CORRELATIONS,
     critical_value,
+    holm,
     min_p,
     outliers,
     permutation_p,
+    power,
     resolved_pairs,
     skipped_pearson,
     standard_errors,
+    tau_interval,
     trend,
     unreachable_note,
 )
@@ -90,6 +102,8 @@ LOWER_IS_BETTER = frozenset({"val_loss", "mdl", "sdl", "esc"})
 DEGENERATE_FRACTION = 0.5  # more skipped resamples than this: BootstrapInterval.degenerate
 SIGNIFICANCE = 0.05  # the tables' "reachable": can n models reach a two-sided p below this
 FALLS, RISES = "falls", "rises"  # ladder_table: how quality moves along a ladder's known order
+SERIAL_NOTE = ("checkpoints of one training run are not exchangeable (each continues the last): a permutation "
+               "p would be invalid, so the statistics are descriptive")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,15 +135,6 @@ class BootstrapInterval:
     n_resamples: int
     n_skipped: int
     degenerate: bool
-
-
-@dataclasses.dataclass(frozen=True)
-class TwoLevelInterval(BootstrapInterval):
-    """``BootstrapInterval`` over resamples that draw models with replacement and each drawn
-    model's values from N(value, stderr^2); ``noise_only``: the same with the models fixed (only
-    the values redrawn): narrow around the estimate when the per-model errors resolve the rankings."""
-
-    noise_only: BootstrapInterval
 
 
 def rank_models(scores, *, higher_is_better: bool = True) -> np.ndarray:
@@ -259,37 +264,6 @@ def bootstrap_interval(x, y, statistic: str | Callable = "spearman", *, n_resamp
     return _interval(estimate, values, n_resamples, level, x.size)
 
 
-def two_level_interval(x, y, x_stderr, y_stderr, statistic: str | Callable = "spearman", *,
-                       n_resamples: int = 2000, level: float = 0.95, seed: int = 0) -> TwoLevelInterval:
-    """Percentile interval of ``statistic`` ("pearson", "spearman", "kendall") that includes each
-    model's own uncertainty: every resample draws models with replacement (the same model sets as
-    ``bootstrap_interval`` with this seed) and each drawn model's x and y from N(value, stderr^2).
-    The normal draw is a parametric stand-in for resampling the examples within each model.
-
-    ``x_stderr`` / ``y_stderr``: one standard error per model (None, NaN or 0: that value is held
-    fixed; the whole argument None: all fixed). Resamples with a constant side are skipped and
-    counted as in ``bootstrap_interval``. ``noise_only``: the same with the models fixed, only
-    the values redrawn: whether the ranking itself is resolved by the per-model errors.
-    """
-    _check_bootstrap_args(n_resamples, level)
-    x, y = as_pair(x, y)
-    require_varying(x, "x")
-    require_varying(y, "y")
-    name = _named(statistic)
-    if name is None:
-        raise LmprobeError(f"statistic={statistic!r}: pass one of {sorted(_NAMED)}")
-    x_errors = np.nan_to_num(standard_errors(x_stderr, x.size, "x_stderr"), nan=0.0)
-    y_errors = np.nan_to_num(standard_errors(y_stderr, y.size, "y_stderr"), nan=0.0)
-    estimate = _NAMED[name](x, y)
-    idx = _resample_indices(x.size, n_resamples, seed)
-    noise = np.random.default_rng([seed, 1]).standard_normal((4, n_resamples, x.size))
-    both = batch_statistic(name, x[idx] + x_errors[idx] * noise[0], y[idx] + y_errors[idx] * noise[1])
-    fixed = batch_statistic(name, x + x_errors * noise[2], y + y_errors * noise[3])
-    interval = _interval(estimate, both, n_resamples, level, x.size)
-    return TwoLevelInterval(**dataclasses.asdict(interval),
-                            noise_only=_interval(estimate, fixed, n_resamples, level, x.size))
-
-
 # ---------------------------------------------------------------- proxies against real tasks
 
 
@@ -306,58 +280,44 @@ def _empty_row(proxy: str, task: str, lower: frozenset, level: float) -> dict:
     row = {"proxy": proxy, "task": task, "n": 0, "n_models": 0, "models": [],
            "proxy_lower_is_better": proxy in lower, "task_lower_is_better": task in lower}
     row.update(_no_statistics())
-    row.update({"level": float(level), "n_resamples": 0, "n_skipped": 0, "degenerate": False, "p_method": None,
+    row.update({"level": float(level), "p_method": None, "p_adjusted": None, "power": None,
                 "critical_spearman": None, "reachable": None, "min_p": None, "pearson_robust": None,
-                "outliers": None, "resolved": None, "note": None})
+                "outliers": None, "resolved": None, "serial": False, "note": None})
     return row
 
 
 def _no_statistics() -> dict:
-    out = {name: {"estimate": None, "low": None, "high": None, "p": None} for name in STATISTICS}
-    out["spearman"].update(low_with_noise=None, high_with_noise=None, noise_only=None)
+    out = {name: {"estimate": None, "p": None} for name in STATISTICS}
+    out["kendall"].update(low=None, high=None)
     return out
 
 
 def _pairs_as_models(result: dict, models: np.ndarray) -> dict:
     """``resolved_pairs``' result with positions among the used models turned into model indices."""
-    out = dict(result)
+    out = {k: v for k, v in result.items() if k not in ("p", "p_adjusted")}
     for key in ("resolved", "unresolved", "unknown"):
         out[key] = [(int(models[i]), int(models[j])) for i, j in result[key]]
     return out
 
 
-def _add_uncertainty(row: dict, p: np.ndarray, t: np.ndarray, errors: dict, n_resamples: int, level: float,
-                     seed: int) -> None:
-    """The two-level Spearman interval and each side's resolved pairs, from per-model standard errors."""
-    models = np.asarray(row["models"])
-    row["resolved"] = {side: None if e is None else _pairs_as_models(resolved_pairs(v, e, level=level), models)
-                       for side, v, e in (("proxy", p, errors["proxy"]), ("task", t, errors["task"]))}
-    if n_resamples:
-        noisy = two_level_interval(p, t, errors["proxy"], errors["task"], "spearman", n_resamples=n_resamples,
-                                   level=level, seed=seed)
-        noise = noisy.noise_only
-        row["spearman"].update(low_with_noise=noisy.low, high_with_noise=noisy.high,
-                               noise_only=None if noise.low is None else [noise.low, noise.high])
-
-
-def _row_errors(row: dict, stderr: Mapping[str, Sequence] | None, used: np.ndarray, notes: list) -> dict | None:
-    """{"proxy": errors or None, "task": ...} for the used models; None without ``stderr``."""
-    if stderr is None:
-        return None
-    errors = {}
-    for side in ("proxy", "task"):
-        name = row[side]
+def _side_errors(side_names: Mapping[str, str], table: Mapping[str, Sequence] | None, n: int, used: np.ndarray,
+                 what: str, notes: list) -> dict:
+    """{side: one value per used model (NaN where unknown), or None} of ``table`` (standard errors or df)."""
+    out = {}
+    for side, name in side_names.items():
+        out[side] = None
+        if table is None or table.get(name) is None:
+            continue
         try:
-            errors[side] = standard_errors(stderr[name], row["n_models"], f"stderr of {name!r}")[used] \
-                if stderr.get(name) is not None else None
+            values = (standard_errors(table[name], n, f"{what} of {name!r}") if what == "stderr"
+                      else per_model(table[name], n, f"{what} of {name!r}"))
+            out[side] = values[used]
         except LmprobeError as error:
-            notes.append(f"standard errors not used: {error}")
-            errors[side] = None
-    return errors if any(e is not None for e in errors.values()) else None
+            notes.append(f"{what} not used: {error}")
+    return out
 
 
-def _fill_row(row: dict, proxy_values, task_values, n_resamples: int, level: float, seed: int,
-              stderr: Mapping[str, Sequence] | None) -> None:
+def _fill_row(row: dict, proxy_values, task_values, level: float, stderr, df, serial: bool) -> None:
     proxy, task = row["proxy"], row["task"]
     try:
         p, t = _optional_scores(proxy_values), _optional_scores(task_values)
@@ -385,34 +345,38 @@ def _fill_row(row: dict, proxy_values, task_values, n_resamples: int, level: flo
     p = -p if row["proxy_lower_is_better"] else p
     t = -t if row["task_lower_is_better"] else t
     notes = []
-    idx = _resample_indices(p.size, n_resamples, seed)
-    idx = idx[_varying_rows(p, t, idx)]
     for name in STATISTICS:
-        interval = _interval(_NAMED[name](p, t), batch_statistic(name, p[idx], t[idx]), n_resamples, level, p.size)
-        test = permutation_p(p, t, name, seed=seed)
-        row[name].update(estimate=interval.estimate, low=interval.low, high=interval.high, p=test["p"])
-    row.update(n_resamples=interval.n_resamples, n_skipped=interval.n_skipped, degenerate=interval.degenerate,
-               p_method=test["method"], critical_spearman=critical_value(p.size, "spearman", SIGNIFICANCE),
-               min_p=min_p(p.size), reachable=min_p(p.size) < SIGNIFICANCE)
-    if not row["reachable"]:
+        row[name]["estimate"] = _NAMED[name](p, t)
+        row[name]["p"] = None if serial else permutation_p(p, t, name)["p"]
+    interval = tau_interval(p, t, level=level)
+    row["kendall"].update(low=interval["low"], high=interval["high"])
+    row.update(p_method=None if serial else permutation_p(p, t, "spearman")["method"], serial=serial,
+               critical_spearman=critical_value(p.size, "spearman", SIGNIFICANCE),
+               min_p=min_p(p.size), reachable=min_p(p.size) < SIGNIFICANCE,
+               power={r: power(p.size, r, statistic="spearman", alternative="two-sided") for r in POWER_CORRELATIONS})
+    if serial:
+        notes.append(SERIAL_NOTE)
+    elif not row["reachable"]:
         notes.append(unreachable_note(p.size, SIGNIFICANCE))
     models = np.asarray(row["models"])
     robust = skipped_pearson(p, t)
     row["pearson_robust"] = {"estimate": robust["estimate"], "removed": models[robust["removed"]].tolist(),
                              "leave_one_out": robust["leave_one_out"]}
     row["outliers"] = {"proxy": models[outliers(p)].tolist(), "task": models[outliers(t)].tolist()}
-    if interval.degenerate:
-        notes.append(f"{interval.n_skipped} of {n_resamples} bootstrap resamples had a constant side and were "
-                     f"skipped: the intervals are unreliable with {row['n']} models")
-    errors = _row_errors(row, stderr, np.flatnonzero(both), notes)
-    if errors is not None:
-        _add_uncertainty(row, p, t, errors, n_resamples, level, seed)
+    sides = {"proxy": proxy, "task": task}
+    errors = _side_errors(sides, stderr, row["n_models"], np.flatnonzero(both), "stderr", notes)
+    dofs = _side_errors(sides, df, row["n_models"], np.flatnonzero(both), "df", notes)
+    if any(e is not None for e in errors.values()):
+        row["resolved"] = {side: None if errors[side] is None else _pairs_as_models(
+            resolved_pairs(v, errors[side], df=dofs[side], level=1.0 - SIGNIFICANCE), models)
+            for side, v in (("proxy", p), ("task", t))}
     row["note"] = "; ".join(notes) or None
 
 
 def correlation_table(proxies: Mapping[str, Sequence], tasks: Mapping[str, Sequence], *,
-                      lower_is_better: set[str] | frozenset[str] = frozenset(), n_resamples: int = 2000,
-                      level: float = 0.95, seed: int = 0, stderr: Mapping[str, Sequence] | None = None) -> list[dict]:
+                      lower_is_better: set[str] | frozenset[str] = frozenset(), level: float = 0.95,
+                      stderr: Mapping[str, Sequence] | None = None, df: Mapping[str, Sequence] | None = None,
+                      serial: bool = False) -> list[dict]:
     """How well each label-free proxy tracks each real task across models: one row per
     (proxy, task), proxies in order, tasks in order within each.
 
@@ -421,76 +385,90 @@ def correlation_table(proxies: Mapping[str, Sequence], tasks: Mapping[str, Seque
     names (of proxies or tasks; names in neither are ignored) whose values are negated first,
     so that a positive correlation means "the proxy orders the models as the task does".
     ``stderr``: name -> one standard error per model in the same order (None where unknown);
-    names without one are held fixed.
+    ``df``: name -> the degrees of freedom behind each (absent: normal errors). ``serial``: the
+    models are checkpoints of one run (not exchangeable): no p-values.
 
     Row fields: ``proxy``, ``task``; ``n`` (models with both values, the ones used) of
     ``n_models``, ``models`` (their indices); ``proxy_lower_is_better``, ``task_lower_is_better``;
-    ``pearson``, ``spearman``, ``kendall`` (tau-b): each ``{"estimate", "low", "high", "p"}``,
-    the statistic, its percentile bootstrap interval at ``level`` (the three share the same
-    resampled model sets; low / high None with ``n_resamples=0``) and its two-sided permutation
-    p-value (``significance.permutation_p``; ``p_method`` "exact" up to 9 models, else
-    "monte-carlo"); ``critical_spearman``: the smallest |rho| with exact p < 0.05 for ``n``
-    untied models (None: unreachable), ``min_p`` the smallest p any ordering reaches,
-    ``reachable`` whether it is below 0.05; ``pearson_robust``: ``{"estimate", "removed",
-    "leave_one_out"}``, Pearson without the outliers of either side (model indices removed) and
-    the range of Pearson leaving one model out; ``outliers``: ``{"proxy", "task"}`` model
-    indices with a modified z-score above 3.5. With ``stderr`` for the proxy or the task:
-    ``spearman`` also has ``low_with_noise`` / ``high_with_noise`` (``two_level_interval``) and
-    ``noise_only`` ([low, high], models fixed), and ``resolved`` = ``{"proxy", "task"}``:
-    ``significance.resolved_pairs`` with model indices (None for a side without errors).
-    ``level``, ``n_resamples`` (used), ``n_skipped``, ``degenerate`` as in
-    ``BootstrapInterval``; ``note``: None, or why entries are None, unreliable, or cannot reach
-    p < 0.05. All keys are always present (None when not computed). Never raises for the data;
-    only bad ``n_resamples`` / ``level`` arguments raise ``LmprobeError``.
+    ``pearson``, ``spearman``, ``kendall`` (tau-b): each ``{"estimate", "p"}``, the statistic and
+    its two-sided exact permutation p (``significance.permutation_p``; ``p_method`` "exact" up to
+    9 models, else "monte-carlo"); ``kendall`` also ``low`` / ``high``, its distribution-free
+    interval at ``level``; ``p_adjusted``: the Spearman p after Holm's correction across the
+    table's rows; ``power``: {r: power of the exact Spearman test at ``n`` against bivariate
+    normal scores of correlation r} for r in 0.5, 0.7, 0.9; ``critical_spearman``: the smallest
+    |rho| with exact p < 0.05 for ``n`` untied models (None: unreachable), ``min_p``,
+    ``reachable``; ``pearson_robust``: ``{"estimate", "removed", "leave_one_out"}``;
+    ``outliers``: ``{"proxy", "task"}`` model indices with a modified z-score above 3.5;
+    ``resolved`` (with ``stderr``): ``{"proxy", "task"}``, ``significance.resolved_pairs`` with
+    model indices (None for a side without errors); ``serial``; ``note``: None, or why entries are
+    None or cannot reach p < 0.05. All keys are always present. Never raises for the data; only
+    a bad ``level`` raises ``LmprobeError``.
     """
-    _check_bootstrap_args(n_resamples, level)
+    if not 0.0 < float(level) < 1.0:
+        raise LmprobeError(f"level={level!r}: pass the interval's coverage as a fraction in (0, 1), e.g. 0.95")
     lower = frozenset(lower_is_better)
     rows = []
     for proxy, proxy_values in proxies.items():
         for task, task_values in tasks.items():
             row = _empty_row(proxy, task, lower, level)
             try:
-                _fill_row(row, proxy_values, task_values, n_resamples, float(level), seed, stderr)
+                _fill_row(row, proxy_values, task_values, float(level), stderr, df, serial)
             except Exception as error:  # one bad row must not end a long experiment
                 row.update(_no_statistics())
                 row["note"] = f"could not be computed: {type(error).__name__}: {error}"
             rows.append(row)
+    tested = [r["spearman"]["p"] if r["spearman"]["p"] is not None else np.nan for r in rows]
+    for row, adjusted in zip(rows, holm(tested)):
+        row["p_adjusted"] = None if np.isnan(adjusted) else float(adjusted)
     return rows
 
 
 # ---------------------------------------------------------------- ladders: variants in a known order
 
 
-def _ladder(spec, name: str) -> tuple[list[int], str]:
-    """(model indices in known order, direction) from a (indices, direction) pair or a mapping
-    with "indices" and "direction"."""
-    indices, direction = (spec["indices"], spec["direction"]) if isinstance(spec, Mapping) else spec
+def _ladder(spec, name: str) -> tuple[list[int], str, bool]:
+    """(model indices in known order, direction, serial) from a (indices, direction[, serial])
+    tuple or a mapping with "indices", "direction" and optionally "serial"."""
+    if isinstance(spec, Mapping):
+        indices, direction, serial = spec["indices"], spec["direction"], bool(spec.get("serial", False))
+    else:
+        indices, direction, *rest = spec
+        serial = bool(rest[0]) if rest else False
     if any(int(i) < 0 for i in indices):
         raise LmprobeError(f"ladder {name!r} has indices {list(indices)}: pass model positions >= 0")
     if direction not in (FALLS, RISES):
         raise LmprobeError(f"ladder {name!r} has direction {direction!r}: pass {FALLS!r} (quality falls along "
                            f"the order, e.g. rising noise) or {RISES!r} (e.g. training steps)")
-    return [int(i) for i in indices], direction
+    return [int(i) for i in indices], direction, serial
 
 
-def _adjacent_steps(values: np.ndarray, errors, models: list[int]) -> dict:
-    """Each step between neighbours along the order: resolved, unresolved or unknown (model indices)."""
-    result = resolved_pairs(values, errors)
-    steps = {key: [(models[i], models[j]) for i, j in result[key] if j == i + 1]
-             for key in ("resolved", "unresolved", "unknown")}
-    return {**steps, "n_resolved": len(steps["resolved"]), "n_steps": len(models) - 1, "z": result["z"],
-            "level": result["level"]}
+def _adjacent_steps(values: np.ndarray, errors, dofs, models: list[int]) -> dict:
+    """Each step between neighbours along the order: resolved, unresolved or unknown (model
+    indices), by t tests of the differences with Holm's correction across the steps."""
+    steps = [(i, i + 1) for i in range(len(models) - 1)]
+    pairs = resolved_pairs(values, errors, df=dofs, adjust="none", level=1.0 - SIGNIFICANCE)
+    raw = np.array([pairs["p"].get(k, np.nan) for k in steps])
+    adjusted = holm(raw)
+    out = {"resolved": [], "unresolved": [], "unknown": []}
+    for (i, j), q in zip(steps, adjusted):
+        key = "unknown" if np.isnan(q) else "resolved" if q <= SIGNIFICANCE else "unresolved"
+        out[key].append((models[i], models[j]))
+    return {**out, "n_resolved": len(out["resolved"]),
+            "n_resolved_unadjusted": int(np.sum(raw[np.isfinite(raw)] <= SIGNIFICANCE)),
+            "n_steps": len(steps), "adjust": "holm", "alpha": SIGNIFICANCE}
 
 
-def _empty_ladder_row(ladder: str, direction: str, name: str, lower: frozenset) -> dict:
+def _empty_ladder_row(ladder: str, direction: str, name: str, lower: frozenset, serial: bool = False) -> dict:
     return {"ladder": ladder, "name": name, "direction": direction, "lower_is_better": name in lower, "n": 0,
-            "models": [], "tau": None, "p": None, "p_method": None, "monotone": None, "follows": None,
-            "reachable": None, "min_p": None, "resolved_steps": None, "note": None}
+            "models": [], "tau": None, "p": None, "p_adjusted": None, "alternative": "greater",
+            "family_size": None, "power": None, "power_adjusted": None, "p_method": None, "monotone": None,
+            "follows": None, "reachable": None, "min_p": None, "resolved_steps": None, "serial": serial,
+            "note": None}
 
 
-def _ladder_row(ladder: str, indices: list[int], direction: str, name: str, values, lower: frozenset,
-                stderr: Mapping[str, Sequence] | None) -> dict:
-    row = _empty_ladder_row(ladder, direction, name, lower)
+def _ladder_row(ladder: str, indices: list[int], direction: str, serial: bool, name: str, values,
+                lower: frozenset, stderr, df) -> dict:
+    row = _empty_ladder_row(ladder, direction, name, lower, serial)
     try:
         all_values = _optional_scores(values)
         picked = all_values[indices]
@@ -508,52 +486,86 @@ def _ladder_row(ladder: str, indices: list[int], direction: str, name: str, valu
     if np.all(signed == signed[0]):
         row["note"] = f"{name!r} is constant ({picked[have][0]:g}) along the ladder: no trend"
         return row
-    found = trend(signed, np.flatnonzero(have).astype(float))
-    notes = [unreachable_note(len(models), SIGNIFICANCE)]
-    row.update(tau=found["tau"], p=found["p"], p_method=found["p_method"], monotone=found["monotone"],
-               follows=found["tau"] > 0, min_p=min_p(len(models)), reachable=min_p(len(models)) < SIGNIFICANCE)
+    found = trend(signed, np.flatnonzero(have).astype(float), alternative="greater")
+    one_sided_min = 1.0 / math.factorial(len(models))
+    row.update(tau=found["tau"], monotone=found["monotone"], follows=found["tau"] > 0, min_p=one_sided_min,
+               reachable=one_sided_min < SIGNIFICANCE)
+    notes = []
+    if serial:
+        notes.append(SERIAL_NOTE)
+    else:
+        row.update(p=found["p"], p_method=found["p_method"],
+                   power={r: power(len(models), r) for r in POWER_CORRELATIONS})
+        if not row["reachable"]:
+            notes.append(f"n = {len(models)}: no ordering reaches one-sided p < {SIGNIFICANCE:g}; "
+                         f"smallest p = {one_sided_min:.2g}")
     if stderr is not None and stderr.get(name) is not None:
         try:
             errors = standard_errors(stderr[name], all_values.size, f"stderr of {name!r}")[models]
-            row["resolved_steps"] = _adjacent_steps(picked[have], errors, models)
+            dofs = None if df is None or df.get(name) is None else per_model(df[name], all_values.size,
+                                                                             f"df of {name!r}")[models]
+            row["resolved_steps"] = _adjacent_steps(picked[have], errors, dofs, models)
         except LmprobeError as error:
             notes.append(f"standard errors not used: {error}")
-    row["note"] = "; ".join(n for n in notes if n) or None
+    row["note"] = "; ".join(notes) or None
     return row
+
+
+def _adjust_family(rows: list[dict], family) -> None:
+    """Holm's adjustment of the one-sided p of the ``family`` numbers (all: None) on one ladder, and
+    each one's power at the family's strictest level, alpha / m."""
+    members = [r for r in rows if r["p"] is not None and (family is None or r["name"] in family)]
+    for row, adjusted in zip(members, holm([r["p"] for r in members])):
+        row.update(p_adjusted=float(adjusted), family_size=len(members),
+                   power_adjusted={r: power(row["n"], r, alpha=SIGNIFICANCE / len(members))
+                                   for r in POWER_CORRELATIONS})
 
 
 def ladder_table(ladders: Mapping[str, object], values: Mapping[str, Sequence], *,
                  lower_is_better: set[str] | frozenset[str] = frozenset(),
-                 stderr: Mapping[str, Sequence] | None = None) -> list[dict]:
+                 stderr: Mapping[str, Sequence] | None = None, df: Mapping[str, Sequence] | None = None,
+                 family=None) -> list[dict]:
     """Every number's trend along every ladder: one row per (ladder, number), ladders in order,
     numbers in order within each.
 
-    ``ladders``: name -> (model indices in the ladder's known order, direction), or a mapping
-    with "indices" and "direction"; direction ``"falls"`` when quality should fall along the
-    order (e.g. rising weight noise) or ``"rises"`` (e.g. training steps). ``values``: number
-    name -> one value per model (None where missing: that model is left out of the ladder);
-    ``lower_is_better`` names are negated first; ``stderr``: name -> one standard error per model.
+    ``ladders``: name -> (model indices in the ladder's known order, direction[, serial]), or a
+    mapping with "indices", "direction" and optionally "serial"; direction ``"falls"`` when
+    quality should fall along the order (e.g. rising weight noise) or ``"rises"`` (e.g. training
+    steps); ``serial``: checkpoints of one run, not exchangeable (no p). ``values``: number name ->
+    one value per model (None where missing: that model is left out of the ladder);
+    ``lower_is_better`` names are negated first; ``stderr``: name -> one standard error per model,
+    ``df`` the degrees of freedom behind each; ``family``: the names corrected together on each
+    ladder (the proxies; None: every number).
 
-    Row fields: ``ladder``, ``name``, ``direction``, ``lower_is_better``; ``n``, ``models``
-    (the ladder's model indices with a value, in order); ``tau``: Kendall's tau-b against the
-    order, signed so that positive = the number moves the way quality should (``follows``:
-    tau > 0); ``p``, ``p_method``: its exact two-sided permutation p; ``monotone``: +1 strictly
-    the expected way at every step, -1 strictly against it, 0 neither; ``min_p`` / ``reachable``
-    as in ``correlation_table``; ``resolved_steps`` (with ``stderr``): the adjacent steps
-    (``resolved`` / ``unresolved`` / ``unknown`` model index pairs, ``n_resolved`` of
-    ``n_steps``); ``note``. Never raises for the data; a malformed ladder raises ``LmprobeError``.
+    Row fields: ``ladder``, ``name``, ``direction``, ``lower_is_better``, ``serial``; ``n``,
+    ``models`` (the ladder's model indices with a value, in order); ``tau``: Kendall's tau-b
+    against the order, signed so that positive = the number moves the way quality should
+    (``follows``: tau > 0); ``p``: its exact one-sided permutation p in that direction
+    (``alternative`` "greater"), ``p_adjusted``: Holm's across the family on this ladder
+    (``family_size`` tests; None for numbers outside it), ``p_method``; ``power``: {r: the
+    one-sided exact test's power at alpha 0.05} and ``power_adjusted`` (at alpha / family size)
+    for bivariate normal correlation r in 0.5, 0.7, 0.9; ``monotone``: +1 strictly the expected
+    way at every step, -1 strictly against it, 0 neither; ``min_p`` (one-sided, 1 / n!) /
+    ``reachable``; ``resolved_steps`` (with ``stderr``): the adjacent steps (``resolved`` /
+    ``unresolved`` / ``unknown`` model index pairs, ``n_resolved`` of ``n_steps`` after Holm
+    across the steps, ``n_resolved_unadjusted``); ``note``. Never raises for the data; a
+    malformed ladder raises ``LmprobeError``.
     """
     lower = frozenset(lower_is_better)
     rows = []
     for ladder, spec in ladders.items():
-        indices, direction = _ladder(spec, ladder)
+        indices, direction, serial = _ladder(spec, ladder)
+        ladder_rows = []
         for name, number_values in values.items():
             try:
-                rows.append(_ladder_row(ladder, indices, direction, name, number_values, lower, stderr))
+                ladder_rows.append(_ladder_row(ladder, indices, direction, serial, name, number_values, lower,
+                                               stderr, df))
             except Exception as error:  # one bad row must not end a long experiment
-                row = _empty_ladder_row(ladder, direction, name, lower)
+                row = _empty_ladder_row(ladder, direction, name, lower, serial)
                 row["note"] = f"could not be computed: {type(error).__name__}: {error}"
-                rows.append(row)
+                ladder_rows.append(row)
+        _adjust_family(ladder_rows, family)
+        rows += ladder_rows
     return rows
 
 
@@ -566,7 +578,6 @@ __all__ = [
     "STATISTICS",
     "BootstrapInterval",
     "RunSummary",
-    "TwoLevelInterval",
     "average_ranks",
     "bootstrap_interval",
     "correlation_table",
@@ -578,5 +589,4 @@ __all__ = [
     "rank_models",
     "robustness_accuracy_correlation",
     "spearman",
-    "two_level_interval",
 ]

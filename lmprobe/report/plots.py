@@ -203,7 +203,7 @@ def scatter_grid(proxies: Mapping[str, Sequence], tasks: Mapping[str, Sequence],
         raise LmprobeError(f"{n} models but {counted.size} counted flags: pass one per model")
     rows = correlation_table({k: np.where(counted, v, np.nan) for k, v in proxy_values.items()},
                              {k: np.where(counted, v, np.nan) for k, v in task_values.items()},
-                             lower_is_better=lower, n_resamples=0)
+                             lower_is_better=lower)
     order = list(dict.fromkeys(groups))
     colours = {g: f"C{i % 10}" for i, g in enumerate(order)}
     group_of = np.asarray(groups, dtype=object)

@@ -18,7 +18,7 @@ from experiments import validate
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import proxies
 
-ARGS = types.SimpleNamespace(bootstrap=50, seed=0, pooled=True, synbench_n=None, synbench_n_per_width=20,
+ARGS = types.SimpleNamespace(seed=0, pooled=True, synbench_n=None, synbench_n_per_width=20,
                              proxies=validate.PROXIES)
 # a base model's noise ladder: syntextbench falls with noise, the probe does not; bits per byte rises
 NUMBERS = {
@@ -103,7 +103,9 @@ def test_trends_along_ladders_have_exact_p_and_correlations_use_base_models_only
     syn = rows[("dec-a @noise", "syntextbench")]  # falls with noise as quality does: tau signed +1
     tau = stats.kendalltau([0, 1, 2], [0.50, 0.40, 0.30]).statistic
     assert syn["tau"] == pytest.approx(-tau) == pytest.approx(1.0) and syn["monotone"] == 1 and syn["follows"]
-    assert syn["p"] == pytest.approx(2 / math.factorial(3))  # exact: 2 of the 3! orderings are as extreme
+    # exact, one-sided in the stated direction: 1 of the 3! orderings is as extreme
+    assert syn["p"] == pytest.approx(1 / math.factorial(3)) and syn["alternative"] == "greater"
+    assert syn["family_size"] == 1 and syn["p_adjusted"] == syn["p"]  # the only proxy with a trend on this ladder
     probe = rows[("dec-a @noise", "probe_rt_polarity")]  # 0.80, 0.82, 0.60: not monotone
     assert probe["tau"] == pytest.approx(-stats.kendalltau([0, 1, 2], [0.80, 0.82, 0.60]).statistic)
     assert probe["monotone"] == 0
@@ -159,7 +161,7 @@ def test_main_writes_results_and_plots_from_measured_records(tmp_path, monkeypat
     monkeypatch.setattr(validate.gc, "collect", lambda: 0)  # no weights to free; a full collection takes 0.5 s
     monkeypatch.setattr(validate.plots, "save_figure",
                         lambda fig, path: (figures.append(os.path.basename(path)), validate.plots.plt.close(fig)))
-    validate.main([f"--models={','.join(NUMBERS)}", f"--output_dir={tmp_path}", "--bootstrap=50",
+    validate.main([f"--models={','.join(NUMBERS)}", f"--output_dir={tmp_path}",
                    "--verbosity=warning"])
     result = json.loads((tmp_path / "results.json").read_text())
     assert set(result) >= {"models", "correlations", "ladders", "resolved"}
@@ -224,7 +226,7 @@ def test_every_method_reaches_the_numbers_with_its_errors_and_a_rerun_computes_n
     fake = FakeMethods(monkeypatch)
     models = ["m", "m@noise=0.1", "m@noise=0.2", "other", "third"]
     argv = [f"--models={','.join(models)}", f"--output_dir={tmp_path}", "--syntextbench_trials=2",
-            "--bootstrap=20", "--verbosity=warning"]
+            "--verbosity=warning"]
     validate.main(argv)
     result = json.loads((tmp_path / "results.json").read_text())
     record = result["models"][1]  # m@noise=0.1
@@ -255,7 +257,7 @@ def test_a_training_run_joins_as_a_ladder_with_its_heldout_loss(tmp_path, monkey
     FakeMethods(monkeypatch)
     run = _fake_run(tmp_path / "tiny", {0: 8.0, 10: 6.5, 20: 5.0})
     validate.main([f"--ladder_checkpoints={run}", f"--output_dir={tmp_path / 'out'}", "--proxies=synbench",
-                   "--tasks=prose", "--bootstrap=20", "--verbosity=warning"])
+                   "--tasks=prose", "--verbosity=warning"])
     result = json.loads((tmp_path / "out" / "results.json").read_text())
     assert [r["numbers"]["heldout_loss"] for r in result["models"]] == [8.0, 6.5, 5.0]
     trends = result["ladders"]["decoders"]

@@ -31,9 +31,15 @@ from lmprobe.report.correlation import (
     rank_models,
     robustness_accuracy_correlation,
     spearman,
-    two_level_interval,
 )
-from lmprobe.report.significance import critical_value, permutation_p, resolved_pairs, skipped_pearson
+from lmprobe.report.significance import (
+    critical_value,
+    permutation_p,
+    power,
+    resolved_pairs,
+    skipped_pearson,
+    tau_interval,
+)
 from tests.report import paper_tables as P
 
 PRINTED = 0.0015  # three printed decimals, plus float slack
@@ -221,44 +227,10 @@ def test_degenerate_resamples_are_skipped_counted_and_flagged():
     assert (skipped.n_resamples, skipped.n_skipped) == (0, 100)
 
 
-def test_two_level_interval_without_errors_is_the_bootstrap_and_widens_with_them():
-    x, y = noisy_ladder(8, 0.5, seed=2)
-    plain = bootstrap_interval(x, y, "spearman", seed=3)
-    fixed = two_level_interval(x, y, None, [0.0] * 8, "spearman", seed=3)
-    assert (fixed.estimate, fixed.low, fixed.high, fixed.n_skipped) == (plain.estimate, plain.low, plain.high,
-                                                                         plain.n_skipped)
-    assert fixed.noise_only.low == fixed.noise_only.high == pytest.approx(plain.estimate)
-    spread = np.ptp(np.concatenate([x, y]))
-    small = two_level_interval(x, y, [1e-6 * spread] * 8, [1e-6 * spread] * 8, seed=3)
-    assert small.noise_only.low == small.noise_only.high == pytest.approx(plain.estimate)  # ranks unchanged
-    noisy = two_level_interval(x, y, [0.5 * spread] * 8, [None] + [0.5 * spread] * 7, seed=3)
-    assert noisy.high - noisy.low > plain.high - plain.low
-    assert noisy.noise_only.high - noisy.noise_only.low > 0.5  # noise that large leaves the ranking unresolved
-    assert two_level_interval(x, y, [0.5 * spread] * 8, None, "kendall", seed=3) == \
-        two_level_interval(x, y, [0.5 * spread] * 8, None, kendall, seed=3)
-
-
-def test_two_level_interval_draws_values_from_their_standard_errors():
-    # one model's value is uncertain enough to swap with its neighbour half of the time
-    x = np.array([0.0, 1.0, 2.0, 3.0, 4.0])
-    y = x.copy()
-    errors = [0.0, 0.0, 0.0, 0.0, 0.0]
-    assert two_level_interval(x, y, errors, errors, n_resamples=200).noise_only.low == pytest.approx(1.0)
-    # P(x_4 < 3) = P(Z < -0.6745) = 0.25 (rho <= 0.9), P(x_4 < 2) = P(Z < -1.35) = 0.09 (rho <= 0.7)
-    errors[4] = 1.0 / 0.6745
-    draws = two_level_interval(x, y, errors, None, n_resamples=4000, level=0.6, seed=1).noise_only
-    assert (draws.low, draws.high) == pytest.approx((0.9, 1.0))  # the 0.2 quantile: a swap with model 3
-    assert two_level_interval(x, y, errors, None, n_resamples=4000, level=0.4, seed=1).noise_only.low == 1.0
-
-
 @pytest.mark.parametrize("call, words", [
-    (lambda: two_level_interval([1.0, 2.0, 3.0], [1.0, 3.0, 2.0], [0.1, 0.1], None), ["x_stderr has shape (2,)"]),
-    (lambda: two_level_interval([1.0, 2.0, 3.0], [1.0, 3.0, 2.0], None, [0.1, np.inf, 0.1]),
-     ["y_stderr has negative or infinite", "[1]"]),
-    (lambda: two_level_interval([1.0, 2.0, 3.0], [1.0, 3.0, 2.0], None, None, "tau"), ["statistic='tau'"]),
     (lambda: ladder_table({"l": ([0, 1, 2], "up")}, {}), ["direction 'up'", "'falls'"]),
 ])
-def test_bad_uncertainty_and_ladder_input_gets_one_clear_error(call, words):
+def test_bad_ladder_input_gets_one_clear_error(call, words):
     with pytest.raises(LmprobeError) as error:
         call()
     for word in words:
@@ -279,7 +251,7 @@ def test_correlation_table_sign_convention_positive_means_same_ordering():
                "byod_sensitivity": 1.0 / (1.0 + quality)}  # lower is better
     tasks = {"accuracy": 0.5 + 0.3 * quality, "bits_per_byte": 2.0 - quality}  # bpb: lower is better
     lower = {"bits_per_byte", "byod_sensitivity", "not_in_this_table"}
-    rows = correlation_table(proxies, tasks, lower_is_better=lower, n_resamples=300)
+    rows = correlation_table(proxies, tasks, lower_is_better=lower)
     assert [(r["proxy"], r["task"]) for r in rows] == [
         ("syntextbench", "accuracy"), ("syntextbench", "bits_per_byte"),
         ("byod_sensitivity", "accuracy"), ("byod_sensitivity", "bits_per_byte")]
@@ -287,8 +259,7 @@ def test_correlation_table_sign_convention_positive_means_same_ordering():
         assert row["note"] is None and row["n"] == row["n_models"] == 6
         assert row["spearman"]["estimate"] == pytest.approx(1.0) and row["kendall"]["estimate"] == pytest.approx(1.0)
         assert row["pearson"]["estimate"] > 0.9
-        for name in STATISTICS:
-            assert row[name]["low"] <= row[name]["estimate"] <= row[name]["high"]
+        assert row["kendall"]["low"] <= row["kendall"]["estimate"] <= row["kendall"]["high"]
     row = row_for(rows, "syntextbench", "bits_per_byte")
     assert (row["proxy_lower_is_better"], row["task_lower_is_better"]) == (False, True)
     assert row["pearson"]["estimate"] == pytest.approx(
@@ -297,16 +268,15 @@ def test_correlation_table_sign_convention_positive_means_same_ordering():
     row = row_for(rows, "byod_sensitivity", "bits_per_byte")
     assert row["pearson"]["estimate"] == pytest.approx(pearson(proxies["byod_sensitivity"], tasks["bits_per_byte"]))
     # without the convention the lower-is-better pairs come out negative
-    raw = correlation_table(proxies, tasks, n_resamples=0)
-    spearman_raw = row_for(raw, "syntextbench", "bits_per_byte")["spearman"]
-    assert (spearman_raw["estimate"], spearman_raw["low"], spearman_raw["high"]) == (pytest.approx(-1.0), None, None)
+    raw = correlation_table(proxies, tasks)
+    assert row_for(raw, "syntextbench", "bits_per_byte")["spearman"]["estimate"] == pytest.approx(-1.0)
     assert row_for(raw, "byod_sensitivity", "accuracy")["kendall"]["estimate"] == pytest.approx(-1.0)
 
 
 def test_correlation_table_uses_the_models_with_both_values():
     proxy = [0.2, None, 0.5, 0.4, float("nan"), 0.9, 0.1, 0.6]
     task = [2.1, 1.0, None, 1.5, 1.2, 0.7, 2.5, np.inf]  # lower is better; inf counts as missing
-    rows = correlation_table({"proxy": proxy}, {"bpb": task}, lower_is_better={"bpb"}, seed=7)
+    rows = correlation_table({"proxy": proxy}, {"bpb": task}, lower_is_better={"bpb"})
     (row,) = rows
     keep = [0, 3, 5, 6]
     x = np.array(proxy, dtype=float)[keep]
@@ -315,12 +285,13 @@ def test_correlation_table_uses_the_models_with_both_values():
     assert row["note"] == "n = 4: no ordering reaches p < 0.05; smallest p = 0.083"
     assert (row["reachable"], row["critical_spearman"], row["min_p"]) == (False, None, pytest.approx(2 / 24))
     for name, function in (("pearson", pearson), ("spearman", spearman), ("kendall", kendall)):
-        interval = bootstrap_interval(x, y, function, seed=7)
-        assert (row[name]["estimate"], row[name]["low"], row[name]["high"]) == pytest.approx(
-            (function(x, y), interval.low, interval.high))
-        assert (row["n_resamples"], row["n_skipped"]) == (interval.n_resamples, interval.n_skipped)
+        assert row[name]["estimate"] == pytest.approx(function(x, y))
         assert row[name]["p"] == permutation_p(x, y, name)["p"]
-    assert row["p_method"] == "exact"
+    interval = tau_interval(x, y)
+    assert (row["kendall"]["low"], row["kendall"]["high"]) == (interval["low"], interval["high"])
+    assert row["p_method"] == "exact" and row["p_adjusted"] == row["spearman"]["p"]  # a table of one row
+    assert row["power"] == {r: power(4, r, statistic="spearman", alternative="two-sided") for r in (0.5, 0.7, 0.9)}
+    assert row["power"][0.9] == 0.0  # n = 4 cannot reject at 0.05
 
 
 def test_correlation_table_notes_instead_of_raising():
@@ -344,11 +315,14 @@ def test_correlation_table_notes_instead_of_raising():
     check("ragged", "other", "could not be read")
     # three models with a constant proxy among them (model 4 has no 'other')
     check("outliers", "other", "'outliers' is constant (0)")
-    # 4 models, x constant unless model 3 is drawn, y unless model 0: mostly degenerate resamples
-    degenerate = row_for(correlation_table({"x": [0.0, 0.0, 0.0, 1.0]}, {"y": [1.0, 0.0, 0.0, 0.0]}), "x", "y")
-    assert degenerate["degenerate"] and degenerate["kendall"]["estimate"] is not None
-    assert "resamples had a constant side" in degenerate["note"]
-    assert degenerate["n_skipped"] > degenerate["n_resamples"]
+    # Holm counts only the rows that have a p (here one): its p is its own
+    (tested,) = [r for r in rows if r["spearman"]["p"] is not None]
+    assert tested["p_adjusted"] == tested["spearman"]["p"]
+    assert all(r["p_adjusted"] is None for r in rows if r["spearman"]["p"] is None)
+    two = correlation_table({"a": [1.0, 2.0, 3.0, 4.0, 5.0], "b": [2.0, 1.0, 3.0, 5.0, 4.0]},
+                            {"task": [1.0, 2.0, 3.0, 4.0, 5.0]})
+    raw = sorted(r["spearman"]["p"] for r in two)
+    assert sorted(r["p_adjusted"] for r in two) == pytest.approx([2 * raw[0], max(2 * raw[0], raw[1])])
 
 
 def test_correlation_table_exact_p_robust_pearson_outliers_and_noise():
@@ -357,7 +331,7 @@ def test_correlation_table_exact_p_robust_pearson_outliers_and_noise():
     proxy = [0.30, 0.28, None, 0.31, 0.27, 0.33, 0.05, 0.29]
     proxy_se = [0.01, 0.01, None, 0.01, 0.01, 0.01, 0.01, None]
     bpb_se = [0.02] * 8
-    (row,) = correlation_table({"proxy": proxy}, {"bpb": bpb}, lower_is_better={"bpb"}, n_resamples=500,
+    (row,) = correlation_table({"proxy": proxy}, {"bpb": bpb}, lower_is_better={"bpb"},
                                stderr={"proxy": proxy_se, "bpb": bpb_se, "unused": [1]})
     used = [0, 1, 3, 4, 5, 6, 7]
     x = np.array([proxy[i] for i in used])
@@ -372,22 +346,23 @@ def test_correlation_table_exact_p_robust_pearson_outliers_and_noise():
                                      "leave_one_out": pytest.approx(robust["leave_one_out"])}
     assert row["pearson_robust"]["estimate"] < 0.7
     assert row["outliers"] == {"proxy": [6], "task": [6]}
-    noisy = two_level_interval(x, y, [proxy_se[i] for i in used], [bpb_se[i] for i in used], n_resamples=500)
-    assert (row["spearman"]["low_with_noise"], row["spearman"]["high_with_noise"]) == (noisy.low, noisy.high)
-    assert row["spearman"]["noise_only"] == [noisy.noise_only.low, noisy.noise_only.high]
     task_pairs = resolved_pairs(y, [bpb_se[i] for i in used])
     assert row["resolved"]["task"]["resolved"] == [(used[i], used[j]) for i, j in task_pairs["resolved"]]
     assert row["resolved"]["task"]["n_resolved"] == task_pairs["n_resolved"] < 21  # 1.25 vs 1.2, 1.3 unresolved
     assert (0, 1) in row["resolved"]["proxy"]["unresolved"] and (1, 7) in row["resolved"]["proxy"]["unknown"]
     # without stderr, or with a side's errors unusable, the rest of the row stands
-    (plain,) = correlation_table({"proxy": proxy}, {"bpb": bpb}, lower_is_better={"bpb"}, n_resamples=500)
-    assert plain["resolved"] is None and plain["spearman"]["low_with_noise"] is None
+    (plain,) = correlation_table({"proxy": proxy}, {"bpb": bpb}, lower_is_better={"bpb"})
+    assert plain["resolved"] is None
     assert plain["spearman"]["p"] == row["spearman"]["p"]
-    (bad,) = correlation_table({"proxy": proxy}, {"bpb": bpb}, lower_is_better={"bpb"}, n_resamples=0,
+    # a training run's checkpoints: no p, the same estimates
+    (serial,) = correlation_table({"proxy": proxy}, {"bpb": bpb}, lower_is_better={"bpb"}, serial=True)
+    assert serial["spearman"]["estimate"] == row["spearman"]["estimate"]
+    assert all(serial[name]["p"] is None for name in STATISTICS) and "not exchangeable" in serial["note"]
+    (bad,) = correlation_table({"proxy": proxy}, {"bpb": bpb}, lower_is_better={"bpb"},
                                stderr={"proxy": [0.1, 0.2], "bpb": bpb_se})
-    assert "standard errors not used: stderr of 'proxy' has shape (2,)" in bad["note"]
+    assert "stderr not used: stderr of 'proxy' has shape (2,)" in bad["note"]
     assert bad["resolved"]["proxy"] is None and bad["resolved"]["task"]["n_pairs"] == 21
-    assert bad["spearman"]["estimate"] == row["spearman"]["estimate"] and bad["spearman"]["low_with_noise"] is None
+    assert bad["spearman"]["estimate"] == row["spearman"]["estimate"]
 
 
 # ---------------------------------------------------------------- ladder_table
@@ -400,26 +375,35 @@ def test_ladder_table_signs_trends_so_that_positive_follows_quality():
               "probe": [0.40, 0.20, 0.90, 0.30, 0.50],  # higher is better but rises with noise: against
               "partial": [0.5, 0.9, 0.1, None, 0.2],  # 3 of the ladder's models, falls
               "flat": [0.5] * 5}
-    ladders = {"m @noise": ([1, 3, 0, 4], FALLS), "run": {"indices": [4, 0, 3, 1], "direction": RISES}}
+    ladders = {"m @noise": ([1, 3, 0, 4], FALLS),
+               "run": {"indices": [4, 0, 3, 1], "direction": RISES, "serial": True}}
     rows = ladder_table(ladders, values, lower_is_better={"bpb"},
-                        stderr={"accuracy": [0.02, 0.02, 0.02, 0.08, 0.02]})
+                        stderr={"accuracy": [0.02, 0.02, 0.02, 0.08, 0.02]}, family={"accuracy", "bpb", "probe"})
     assert [(r["ladder"], r["name"]) for r in rows] == [(ladder, name) for ladder in ladders for name in values]
     by = {(r["ladder"], r["name"]): r for r in rows}
     for name in ("accuracy", "bpb"):
         row = by["m @noise", name]
         assert (row["tau"], row["monotone"], row["follows"], row["n"]) == (pytest.approx(1.0), 1, True, 4)
-        assert row["p"] == pytest.approx(2 / 24) and row["p_method"] == "exact" and not row["reachable"]
-        assert row["note"] == "n = 4: no ordering reaches p < 0.05; smallest p = 0.083"
-        assert by["run", name]["tau"] == pytest.approx(1.0)  # the same order reversed, quality rising
+        # one-sided: only the ordering in the stated direction reaches tau = 1
+        assert row["p"] == pytest.approx(1 / 24) and row["p_method"] == "exact" and row["reachable"]
+        assert row["p_adjusted"] == pytest.approx(3 / 24) and row["family_size"] == 3  # Holm over 3 proxies
+        assert row["power"][0.9] == pytest.approx(power(4, 0.9)) and row["power_adjusted"][0.9] == 0.0
+        assert row["note"] is None
+        run = by["run", name]
+        assert run["tau"] == pytest.approx(1.0) and run["p"] is None  # the same order reversed, quality rising
+        assert run["serial"] and "not exchangeable" in run["note"]
     probe = by["m @noise", "probe"]
     assert (probe["tau"], probe["monotone"], probe["follows"]) == (pytest.approx(-1.0), -1, False)
+    assert probe["p"] == pytest.approx(1.0)  # one-sided: against the stated direction is no evidence
+    assert by["m @noise", "partial"]["p_adjusted"] is None  # outside the family
     partial = by["m @noise", "partial"]
     assert (partial["n"], partial["models"], partial["tau"]) == (3, [1, 0, 4], pytest.approx(1.0))
     assert by["m @noise", "flat"]["tau"] is None and "constant" in by["m @noise", "flat"]["note"]
-    # adjacent steps: 0.80 -> 0.70 (se 0.02, 0.08) unresolved, 0.70 -> 0.60 unresolved, 0.60 -> 0.50 resolved
+    # adjacent steps: 0.80 -> 0.70 (se 0.02, 0.08) unresolved, 0.70 -> 0.60 unresolved, 0.60 -> 0.50
+    # z = 3.54, p = 4e-4, below Holm's 0.05 / 3
     steps = by["m @noise", "accuracy"]["resolved_steps"]
     assert steps["resolved"] == [(0, 4)] and steps["unresolved"] == [(1, 3), (3, 0)]
-    assert (steps["n_resolved"], steps["n_steps"]) == (1, 3)
+    assert (steps["n_resolved"], steps["n_steps"], steps["adjust"]) == (1, 3, "holm")
     assert by["m @noise", "bpb"]["resolved_steps"] is None
     short = ladder_table({"two": ([0, 1], FALLS)}, {"accuracy": values["accuracy"]})
     assert short[0]["tau"] is None and "a trend needs 3" in short[0]["note"]

@@ -16,13 +16,17 @@ from lmprobe.report.coefficients import batch_ranks, batch_statistic, kendall, p
 from lmprobe.report.significance import (
     all_permutations,
     critical_value,
+    holm,
     min_p,
     outliers,
     permutation_p,
+    power,
     resolved_pairs,
     skipped_pearson,
+    tau_interval,
     trend,
     unreachable_note,
+    welch_df,
 )
 
 FUNCTIONS = {"pearson": pearson, "spearman": spearman, "kendall": kendall}
@@ -190,7 +194,10 @@ def test_kendall_null_by_inversion_counts_equals_enumeration():
 def test_trend_along_a_ladder():
     falling = trend([0.9, 0.8, 0.6, 0.5, 0.2])
     assert falling == {"tau": pytest.approx(-1.0), "p": pytest.approx(2 / 120), "p_method": "exact", "n": 5,
-                       "monotone": -1}
+                       "monotone": -1, "alternative": "two-sided"}
+    # one-sided in the direction stated in advance: half the two-sided p, or near 1 against it
+    assert trend([0.2, 0.5, 0.6, 0.8, 0.9], alternative="greater")["p"] == pytest.approx(1 / 120)
+    assert trend([0.9, 0.8, 0.6, 0.5, 0.2], alternative="greater")["p"] == pytest.approx(1.0)
     assert trend([0.1, 0.3, 0.2, 0.4])["monotone"] == 0
     # known order given as noise levels, models not sorted by it
     noise = [0.1, 0.0, 0.4, 0.05, 0.2, 0.3]
@@ -235,16 +242,92 @@ def test_outliers_use_the_modified_z_score():
 # ---------------------------------------------------------------- resolved pairs
 
 
-def test_resolved_pairs_by_the_z_test_of_differences():
+def test_resolved_pairs_by_t_tests_with_holm_across_the_pairs():
     values = [0.0, 1.0, 3.0, 3.1]
     stderr = [0.3, 0.4, None, 0.05]
-    got = resolved_pairs(values, stderr)
-    z = stats.norm.ppf(0.975)
-    assert got["z"] == pytest.approx(z)
-    assert got["resolved"] == [(0, 1), (0, 3), (1, 3)]  # 1 > z * 0.5 = 0.98
+    got = resolved_pairs(values, stderr)  # normal errors (df None): z tests
+    raw = {(0, 1): 2 * stats.norm.sf(1.0 / 0.5), (0, 3): 2 * stats.norm.sf(3.1 / np.hypot(0.3, 0.05)),
+           (1, 3): 2 * stats.norm.sf(2.1 / np.hypot(0.4, 0.05))}
+    assert got["p"] == pytest.approx(raw)
+    # Holm: the smallest p times 3, the next times 2, the largest times 1 (kept monotone)
+    assert got["p_adjusted"] == pytest.approx({(0, 3): 3 * raw[0, 3], (1, 3): 2 * raw[1, 3], (0, 1): raw[0, 1]})
+    assert got["resolved"] == [(0, 1), (0, 3), (1, 3)]  # p(0, 1) = 0.0455, the largest: compared with 0.05
     assert got["unknown"] == [(0, 2), (1, 2), (2, 3)] and got["unresolved"] == []
-    assert (got["n_resolved"], got["n_pairs"], got["fraction"]) == (3, 6, 0.5)
-    strict = resolved_pairs(values, stderr, level=0.99)  # 1 < 2.576 * 0.5
+    assert (got["n_resolved"], got["n_pairs"], got["fraction"], got["adjust"]) == (3, 6, 0.5, "holm")
+    strict = resolved_pairs(values, stderr, level=0.99)
     assert strict["unresolved"] == [(0, 1)] and strict["n_resolved"] == 2
     assert resolved_pairs([1.0, 2.0], [0.0, 0.0])["resolved"] == [(0, 1)]
     assert resolved_pairs([1.0, 2.0], None)["unknown"] == [(0, 1)]
+    # 3-trial errors (2 degrees of freedom each): t on Welch-Satterthwaite's df, here 4
+    three = resolved_pairs([0.0, 1.0], [0.3, 0.4], df=[2, 2])
+    assert welch_df(0.3, 2, 0.4, 2) == pytest.approx(0.25 ** 2 / (0.3 ** 4 / 2 + 0.4 ** 4 / 2))
+    assert three["p"][0, 1] == pytest.approx(2 * stats.t.sf(2.0, welch_df(0.3, 2, 0.4, 2)))
+    assert three["unresolved"] == [(0, 1)]  # z would resolve it (p 0.046); t on ~3.9 df does not (p 0.12)
+    assert welch_df(0.3, np.inf, 0.4, np.inf) == np.inf and welch_df(0.0, 2, 0.0, 2) == np.inf
+
+
+def test_holm_matches_the_step_down_procedure():
+    p = [0.01, 0.04, 0.03, np.nan, 0.005]
+    adjusted = holm(p)
+    assert np.isnan(adjusted[3])
+    np.testing.assert_allclose(adjusted[[4, 0, 2, 1]], [4 * 0.005, 3 * 0.01, 2 * 0.03 * 1.0, 0.06])
+
+
+def test_paired_resolution_from_items_scored_by_both_models():
+    rng = np.random.default_rng(0)
+    shared = rng.normal(0.0, 1.0, 200)  # item difficulty, common to both models: cancels when paired
+    a, b = shared + 0.10 + rng.normal(0, 0.05, 200), shared + rng.normal(0, 0.05, 200)
+    se = [a.std(ddof=1) / np.sqrt(200), b.std(ddof=1) / np.sqrt(200)]
+    unpaired = resolved_pairs([a.mean(), b.mean()], se)
+    paired = resolved_pairs([a.mean(), b.mean()], se, items=[a, b])
+    assert unpaired["unresolved"] == [(0, 1)] and paired["resolved"] == [(0, 1)]
+    assert paired["p"][0, 1] == pytest.approx(stats.ttest_rel(a, b).pvalue)
+    with pytest.raises(LmprobeError, match="same items"):
+        resolved_pairs([0.0, 1.0], None, items=[[1.0, 2.0], [1.0, 2.0, 3.0]])
+
+
+def test_pair_resolution_keeps_its_false_positive_rate_under_equal_models():
+    """Equal models, errors from 3 trials each: the chance that a table claims any pair resolved is
+    at most 0.05 (a z test at 1.96 without correction: 0.84 for 9 models)."""
+    rng = np.random.default_rng(0)
+    for n_models in (4, 9):
+        trials = rng.normal(0.0, 1.0, (400, n_models, 3))
+        means, errors = trials.mean(-1), trials.std(-1, ddof=1) / np.sqrt(3)
+        any_false = [resolved_pairs(m, e, df=[2] * n_models)["n_resolved"] > 0 for m, e in zip(means, errors)]
+        naive = [resolved_pairs(m, e, adjust="none")["n_resolved"] > 0 for m, e in zip(means, errors)]
+        assert np.mean(any_false) <= 0.05
+        assert np.mean(naive) > 0.3  # the old rule's rate, for contrast
+
+
+def test_power_of_the_exact_kendall_test_matches_scipy_by_simulation():
+    rng = np.random.default_rng(3)
+    for n, r in ((5, 0.9), (9, 0.5)):
+        hits = []
+        for _ in range(1500):
+            x = rng.standard_normal(n)
+            y = r * x + np.sqrt(1 - r * r) * rng.standard_normal(n)
+            hits.append(stats.kendalltau(x, y, method="exact").pvalue <= 0.05)
+        assert power(n, r, alternative="two-sided") == pytest.approx(np.mean(hits), abs=0.04)
+    assert power(4, 0.9, alternative="two-sided") == 0.0  # n = 4 cannot reach 0.05
+    assert power(5, 0.9) > power(5, 0.9, alternative="two-sided")  # one-sided is stronger
+    assert power(5, 0.9, alpha=0.05 / 7) == 0.0  # 1 / 5! = 0.0083 > 0.05 / 7
+
+
+def test_tau_interval_covers_at_least_its_level_for_4_to_9_models():
+    """Seeded simulation: bivariate normal scores with correlation 0-0.9, each model observed with
+    noise; the interval's coverage of the tau of the observed scores is at least 0.93 at 0.95."""
+    rng = np.random.default_rng(0)
+    for n in range(4, 10):
+        for r in (0.0, 0.5, 0.9):
+            noisy_r = r / (1 + 0.3 ** 2)  # the correlation of the observed scores (noise sd 0.3)
+            target = 2 / np.pi * np.arcsin(noisy_r)
+            covered = []
+            for _ in range(300):
+                x = rng.standard_normal(n)
+                y = r * x + np.sqrt(1 - r * r) * rng.standard_normal(n)
+                x, y = x + 0.3 * rng.standard_normal(n), y + 0.3 * rng.standard_normal(n)
+                got = tau_interval(x, y)
+                covered.append(got["low"] <= target <= got["high"])
+            assert np.mean(covered) >= 0.93, (n, r, np.mean(covered))
+    exact = tau_interval([1.0, 2.0, 3.0, 4.0, 5.0], [1.0, 2.0, 3.0, 4.0, 5.0])
+    assert exact["estimate"] == 1.0 and exact["high"] == 1.0 and exact["low"] < 0.5  # 5 models: wide
