@@ -3,7 +3,8 @@
     python -m experiments.bench.synbench [--scales=49 --n=2048 --dim=768 --reference_budget=120
                                           --models=smollm2-135m,minilm-l6 --rep_samples=256]
     python -m experiments.bench.synbench --finite_sample [--widths=64,256,1024 --known_widths=384,768
-                                          --n=2048 --fraction=0.074 --a_t=0.7 --grid=paper|0.2,0.4,...]
+                                          --n=2048 --fraction=0.074 --a_t=0.7 --grid=paper|0.2,0.4,...
+                                          --epsilons=0,0.2]
 
 1. Metric side (everything but the model's forward passes) for 49 scales x 5 epsilons x 2048
    test samples at representation size 768: raw reference, class moments, eigendecompositions,
@@ -16,10 +17,11 @@
 3. Representations per second of language models fed Gaussian input embeddings
    (Scorer.embed_inputs, --seq_len tokens), after one warm-up batch.
 
---finite_sample instead: SynBench's finite-sample bias at eps = 0. The identity (true score 1) at
-each of --widths, and signal_fraction_representation (true score from its population distance,
-``synbench.population_scores``) at each of --known_widths, through the whole pipeline (Gaussian
-samples, --n per split): plug-in and bias-corrected score beside the truth, and seconds.
+--finite_sample instead: SynBench's finite-sample bias. The identity (true score 1 at every eps) at
+each of --widths, and signal_fraction_representation (true score at eps = 0 from its population
+distance, ``synbench.population_scores``) at each of --known_widths, through the whole pipeline
+(Gaussian samples, --n per split): the plug-in score at each of --epsilons, the bias-corrected eps = 0
+score with its standard error, beside the truth, and seconds.
 """
 
 from __future__ import annotations
@@ -110,21 +112,28 @@ def representations_per_second(name: str, samples: int, seq_len: int, batch_size
 
 def finite_sample(args) -> None:
     grid = gaussian.PAPER_SCALES if args.grid == "paper" else tuple(float(v) for v in args.grid.split(","))
-    config = synbench.Config(n=args.n, a_t=(args.a_t,), epsilons=(0.0,), scales=grid, batch_size=512)
+    epsilons = tuple(float(v) for v in args.epsilons.split(","))
+    if 0.0 not in epsilons:
+        epsilons = (0.0, *epsilons)
+    config = synbench.Config(n=args.n, a_t=(args.a_t,), epsilons=epsilons, scales=grid, batch_size=512)
     known = synbench.population_scores(np.sqrt(args.fraction) * np.asarray(grid), config)[0]
-    print(f"\nSynBench at eps = 0, a_t = {args.a_t}, n = {args.n} per split, {len(grid)} scales "
-          f"({grid[0]:g} .. {grid[-1]:g})")
-    print(f"{'representation':<32} {'width':>6} {'true':>6} {'plug-in':>8} {'corrected':>10} {'seconds':>8}")
+    print(f"\nSynBench, a_t = {args.a_t}, n = {args.n} per split, {len(grid)} scales ({grid[0]:g} .. {grid[-1]:g}); "
+          "true: the eps = 0 score (the identity's is 1 at every eps)")
+    plug = " ".join(f"{f'plug-in {e:g}':>12}" for e in epsilons)
+    print(f"{'representation':<32} {'width':>6} {'true':>6} {plug} {'corrected ± se':>16} {'seconds':>8}")
     cases = [(w, "identity", 1.0) for w in _ints(args.widths)]
     cases += [(w, f"signal fraction {args.fraction:g}", known) for w in _ints(args.known_widths)]
     for width, label, truth in cases:
         start = time.perf_counter()
         rep = (synbench.identity_representation((width,), batch_size=512) if label == "identity" else
                synbench.signal_fraction_representation(width, args.fraction, batch_size=512))
-        row = synbench.run(rep, config).scores[0]
-        fixed = "n/a" if row["score_corrected"] is None else f"{row['score_corrected']:.3f}"
-        print(f"{label:<32} {width:>6} {truth:>6.3f} {row['score']:>8.3f} {fixed:>10} "
-              f"{time.perf_counter() - start:>8.1f}", flush=True)
+        rows = synbench.run(rep, config).scores
+        zero = next(r for r in rows if r["eps"] == 0)
+        fixed = ("n/a" if zero["score_corrected"] is None
+                 else f"{zero['score_corrected']:.3f} ± {zero['score_corrected_stderr']:.3f}")
+        plug = " ".join(f"{r['score']:>12.3f}" for r in rows)
+        print(f"{label:<32} {width:>6} {truth:>6.3f} {plug} {fixed:>16} {time.perf_counter() - start:>8.1f}",
+              flush=True)
 
 
 def _ints(text: str) -> list[int]:
@@ -148,6 +157,7 @@ def main(argv=None):
     p.add_argument("--fraction", type=float, default=0.074, help="--finite_sample: signal kept (true score 0.40)")
     p.add_argument("--a_t", type=float, default=0.7)
     p.add_argument("--grid", default="paper", help="--finite_sample: paper (0.1 .. 5) or comma-separated scales")
+    p.add_argument("--epsilons", default="0", help="--finite_sample: the plug-in score's budgets (0 always)")
     args = p.parse_args(argv)
     if args.finite_sample:
         return finite_sample(args)

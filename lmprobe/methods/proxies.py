@@ -104,7 +104,7 @@ def stages(proxies, s: Settings, decoder: bool) -> dict:
     if "synbench" in proxies:
         n = {"n": s.synbench_n} if s.synbench_n is not None else {"n_per_width": s.synbench_n_per_width}
         out["synbench"] = dict(**n, scales=list(s.synbench_scales), seed=s.seed, version=synbench.CACHE_VERSION,
-                               inputs="embedding", pooling="probes", numbers=["corrected", "ceiling"],
+                               inputs="embedding", pooling="probes", numbers=["corrected", "ceiling", "stderr"],
                                **({"input_scales": list(s.synbench_input_scales)} if s.synbench_input_scales else {}))
     if "byod" in proxies and decoder:
         out["byod"] = dict(metrics=list(BYOD_METRICS), n=s.byod_examples, seed=s.seed, stderr=True,
@@ -149,7 +149,8 @@ def synbench_n(s: Settings, width: int) -> int:
 
 
 def synbench_numbers(scorer, name: str, s: Settings, cache_dir: str, *, progress: Callable = no_progress) -> dict:
-    """SynBench-Score at eps = 0 (plug-in ``synbench`` and bias-corrected ``synbench_corrected``) and
+    """SynBench-Score at eps = 0 (plug-in ``synbench`` and bias-corrected ``synbench_corrected``, with its
+    standard error) and
     eps = 0.2, on Gaussian inputs with the model's token-embedding statistics pooled as the probes
     pool, and the identity's score at the same width and n (``synbench_ceiling``)."""
     width = int(scorer.config.hidden_size)
@@ -167,6 +168,7 @@ def synbench_numbers(scorer, name: str, s: Settings, cache_dir: str, *, progress
     for r in result.scores:
         if r["eps"] == 0:
             out["synbench"], out["synbench_corrected"] = r["score"], r.get(SYNBENCH_CORRECTED)
+            out[f"synbench_corrected{STDERR}"] = r.get(f"{SYNBENCH_CORRECTED}{STDERR}")
         else:
             out[f"synbench_eps{r['eps']:g}"] = r["score"]
     identity = synbench.ceiling(width, config, cache_dir=cache_dir, progress=progress)

@@ -27,7 +27,11 @@ Conventions (* marks a choice the paper leaves open):
   for any model, and the identity, 1 in the limit, falls with width / n. Beside it, at eps = 0,
   ``score_corrected`` (``corrected_summary``): the same integration with the accuracy and
   expected bound of the Bayes classifier at the unbiased squared Mahalanobis distance, defined
-  while n1 + n2 - k - 3 > 0 (``n_for_width`` gives n for a ratio n / width).
+  while n1 + n2 - k - 3 > 0 (``n_for_width`` gives n for a ratio n / width), with its standard
+  error ``score_corrected_stderr`` (``corrected_stderr``: parametric resamples of each scale's
+  distance from its noncentral F law). The eps > 0 scores have no correction: they carry the
+  plug-in's bias against wide representations (measured for the identity:
+  ``python -m experiments.bench.synbench --finite_sample --epsilons=0,0.2``).
 * Representations wider than the training split (e.g. the identity on image inputs) are
   first projected onto the span of the within-class-centred training rows, the support of the
   pooled covariance (App. C Remark): the same classifier, without a d x d array.
@@ -60,6 +64,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.experimental import multihost_utils
+from scipy import stats
 from scipy.linalg import solveh_banded
 from scipy.optimize import brentq
 
@@ -83,6 +88,7 @@ CURVE_GRID = tuple(float(a) for a in np.linspace(0.5, 1.0, 201))
 CACHE_VERSION = 5  # 2: keys hold the model's identity (checkpoint digest, dtype); 3: language models' input signs;
 # 4: their inputs at the token-embedding scale; 5: their inputs drawn with the token embeddings' mean and covariance
 DOWNSTREAM_SEED_OFFSET = 10_000  # the robust probe's downstream task: seed + this, never a scored sample
+STDERR_DRAWS = 400  # corrected_stderr: parametric resamples of the plug-in distances (sd known to ~4%)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -532,6 +538,7 @@ class CorrectedSummary:
     samples: int  # n = n1 + n2 per scale (both splits)
     k: int  # dimension of the pooled covariance's support (the width, unless rank-deficient)
     reason: str | None  # why the corrected score is undefined; None when it is defined
+    distances: tuple[np.ndarray, ...] | None = None  # (D^2, n1, n2, k) [S] behind it (``squared_distances``)
 
 
 def unbiased_squared_distance(d2, n1, n2, k) -> np.ndarray:
@@ -605,7 +612,31 @@ def corrected_summary(z_train, y_train, z_test, y_test, config: Config) -> Corre
     distance2 = unbiased_squared_distance(d2, n1, n2, k)
     accuracy, bound = bayes_accuracy_bound(distance2, config.prior)
     reason = None if np.all(np.isfinite(distance2)) else _too_few(samples, int(k.max()))
-    return CorrectedSummary(accuracy, bound, samples, int(k.max()), reason)
+    return CorrectedSummary(accuracy, bound, samples, int(k.max()), reason, (d2, n1, n2, k))
+
+
+def corrected_stderr(summary: CorrectedSummary, raw: Reference, config: Config, *, draws: int = STDERR_DRAWS,
+                     seed: int = 0) -> np.ndarray:
+    """Standard error [A] of the bias-corrected eps = 0 score (NaN where it is undefined): the
+    standard deviation of the score over ``draws`` parametric resamples of every scale's plug-in
+    distance. Under the corrected score's own Gaussian model of the representations, Hotelling's
+    T^2 = c D^2 (c = n1 n2 / n) has (m / (k (n - 2))) T^2 ~ F'(k, m, c Delta^2), m = n - k - 1
+    (Anderson 2003, Sec. 5.2; the scales are independent samples): each resample draws D^2 from
+    that noncentral F at Delta^2 = the scale's unbiased estimate, corrects it, and integrates.
+    Seeded; the score's sampling error for one model, what resolves two models' scores."""
+    if summary.reason is not None or summary.distances is None:
+        return np.full(len(config.a_t), np.nan)
+    d2, n1, n2, k = summary.distances
+    n, c = n1 + n2, n1 * n2 / (n1 + n2)
+    m = n - k - 1
+    centre = unbiased_squared_distance(d2, n1, n2, k)
+    f = stats.ncf.rvs(k, m, c * centre, size=(draws, len(d2)), random_state=np.random.default_rng(seed))
+    resampled = unbiased_squared_distance(k * (n - 2) / (m * c) * f, n1, n2, k)  # [draws, S]
+    accuracy, bound = bayes_accuracy_bound(resampled.T, config.prior)  # [S, draws]
+    j = next(j for j, e in enumerate(config.epsilons) if e == 0)
+    column = Reference(np.repeat(raw.accuracy[:, j:j + 1], draws, 1), np.repeat(raw.bound[:, j:j + 1], draws, 1))
+    scores = synbench_scores(accuracy, bound, column, dataclasses.replace(config, epsilons=(0.0,) * draws))
+    return scores.std(axis=1, ddof=1)
 
 
 def _too_few(samples: int, k: int) -> str:
@@ -733,9 +764,12 @@ def run(rep: Representation, config: Config, *, cache_dir: str | None = None,
     if corrected is not None:
         defined = corrected.reason is None
         fixed = eps0_scores(corrected.accuracy, corrected.bound, raw, config) if defined else None
+        errors = corrected_stderr(corrected, raw, config, seed=config.seed) if defined else None
         for row in rows:
             if row["eps"] == 0:
-                row["score_corrected"] = float(fixed[config.a_t.index(row["a_t"])]) if defined else None
+                i = config.a_t.index(row["a_t"])
+                row["score_corrected"] = float(fixed[i]) if defined else None
+                row["score_corrected_stderr"] = float(errors[i]) if defined else None
         info["corrected"] = {"samples": corrected.samples, "k": corrected.k, "reason": corrected.reason}
         clean = lambda a: np.where(np.isfinite(a), a, 0.0).tolist()
         curves.update(rep_accuracy_corrected=clean(corrected.accuracy), rep_bound_corrected=clean(corrected.bound))

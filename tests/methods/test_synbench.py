@@ -394,6 +394,30 @@ def test_known_score_representation_plug_in_low_corrected_right():
     assert plug_in < truth - 0.15 and corrected == pytest.approx(truth, abs=0.05)
 
 
+def test_the_corrected_scores_standard_error_matches_its_spread_over_datasets():
+    """Seeded simulation: 120 independent datasets of Gaussian classes (16 dimensions, 3 scales,
+    300 samples per split); the standard error from one dataset, averaged over 20, is within 20% of
+    the corrected score's standard deviation across datasets."""
+    config = synbench.Config(scales=(1.0, 2.0, 3.0), a_t=(0.7,), epsilons=(0.0,), n=300)
+    raw = synbench.raw_reference(config, gaussian.GaussianSpec((16,)))
+    rng = np.random.default_rng(0)
+    half = np.array([0.25, 0.5, 0.75])
+    scores, errors = [], []
+    for trial in range(120):
+        z, y = [], []
+        for _ in range(2):
+            labels = np.where(rng.random((3, 300)) < 0.5, 1, -1).astype(np.int32)
+            z.append((rng.normal(size=(3, 300, 16)) + (half[:, None] * labels)[..., None] * np.eye(16)[0])
+                     .astype(np.float32))
+            y.append(labels)
+        summary = synbench.corrected_summary(z[0], y[0], z[1], y[1], config)
+        scores.append(synbench.eps0_scores(summary.accuracy, summary.bound, raw, config)[0])
+        if trial < 20:
+            errors.append(synbench.corrected_stderr(summary, raw, config, seed=trial)[0])
+    assert np.mean(errors) == pytest.approx(np.std(scores, ddof=1), rel=0.2)
+    assert np.mean(scores) == pytest.approx(synbench.population_scores(half, config)[0], abs=0.01)
+
+
 def test_sample_size_helpers_and_the_undefined_case():
     assert synbench.n_for_width(384) == 7680 and synbench.n_for_width(768, ratio=10) == 7680
     assert synbench.n_for_width(1, ratio=1) == 8
