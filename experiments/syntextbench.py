@@ -58,6 +58,7 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", os.path.basename(name.rstrip("/")) or name)
 
 
+PENDING = "in-context accuracy (decoders), loss-data baselines, later trials; this file is replaced when they are done"
 LEVEL_COLUMNS = ("p", "accuracy", "margin", "feasibility", "icl_accuracy", "label_word_fraction")  # results.json keys
 LEGEND = ("feasibility: the lexicon rule's accuracy (A.4); icl_accuracy: in-context accuracy (decoders); "
           "label_word_fraction: share of class words per sentence (Fig. 3)")
@@ -123,6 +124,24 @@ def _paper_figures(config, lm_free, generated, run_dir: str, *, lengths: bool) -
     plots.sentence_length_histograms(series, join(run_dir, "sentence_lengths.png"), note=note)
 
 
+class _EarlyScore:
+    """Says each trial's score on stdout as soon as it is known and writes it to results.json
+    (``pending``: what is still being computed; the full result replaces it)."""
+
+    def __init__(self, run: cli.Run, name: str, path: str, trials: int, names: list[str]):
+        self.run, self.name, self.path, self.trials, self.names = run, name, path, trials, names
+        self.scores: list[float] = []
+
+    def said(self, score: float, scores_by_a_t: dict) -> None:
+        self.scores.append(score)
+        trial = f" (trial {len(self.scores)} of {self.trials})" if self.trials > 1 else ""
+        say(f"== {self.name}: SynTextBench score {score:.4f}{trial}; in-context accuracy and baselines follow")
+        partial = {"model": self.name, "pending": PENDING, "trial_scores": list(self.scores)}
+        if self.trials == 1:
+            partial.update(score=score, scores_by_a_t=scores_by_a_t)
+        self.run.write(self.path, partial, names=self.names)
+
+
 @main_guard
 def main(argv=None):
     run = cli.Run(argv)
@@ -153,14 +172,16 @@ def main(argv=None):
     results = []
     for name in args.model:
         scorer = run.loaded(name, load_scorer(args, name))
+        out = run_dir if len(args.model) == 1 else join(run_dir, _slug(name))
+        early = _EarlyScore(run, name, join(out, "results.json"), len(configs), names=[name, *names[len(args.model):]])
         trials = [syntextbench.run(scorer, c, model_name=name, tasks=tasks, cache_dir=join(run_dir, "cache"),
-                                   progress=progress) for c, tasks in zip(configs, trial_tasks)]
+                                   progress=progress, on_score=early.said)
+                  for c, tasks in zip(configs, trial_tasks)]
         result = trials[0].to_json()  # levels, baselines and plots: the first trial's
         if len(trials) > 1:
             result["trials"] = syntextbench.summarize_trials(trials)
             result["score"] = result["trials"]["score"]["mean"]
         result["truncated_inputs"] = scorer.truncated
-        out = run_dir if len(args.model) == 1 else join(run_dir, _slug(name))
         run.write(join(out, "results.json"), result, names=[name, *names[len(args.model):]])
         plots.margin_accuracy([result], join(out, "margin_accuracy.png"))
         plots.goodness([result], join(out, "goodness.png"))

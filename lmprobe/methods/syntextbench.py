@@ -192,9 +192,12 @@ def label_word_fraction(tasks: Tasks, pair) -> float:
 
 
 def run(scorer, config: Config, *, model_name: str, cache_dir: str | None = None,
-        tasks: Tasks | None = None, progress: Callable = no_progress) -> Result:
+        tasks: Tasks | None = None, progress: Callable = no_progress,
+        on_score: Callable[[float, dict], None] | None = None) -> Result:
     """Algorithm 1 on ``scorer``'s model; embeddings, in-context accuracies and baselines cached
-    under ``cache_dir`` (reruns resume); every long stage moves a ``progress`` bar."""
+    under ``cache_dir`` (reruns resume); every long stage moves a ``progress`` bar. ``on_score(score,
+    scores_by_a_t)`` is called as soon as the score is known, before in-context accuracy and the
+    loss-data baselines (minutes more)."""
     tasks = tasks or build_tasks(config)
     pairs = tasks.levels
     stages = Stages({"generation": tasks.seconds}, {"generation": tasks.cached} if tasks.cached else {})
@@ -215,6 +218,8 @@ def run(scorer, config: Config, *, model_name: str, cache_dir: str | None = None
         scores = np.asarray(kernels.syntextbench_score(jnp.asarray(accuracy), jnp.asarray(margin),
                                                        thresholds)).reshape(-1)
         score, scores_by_a_t = float(scores[0]), {f"{a:g}": float(v) for a, v in zip(config.a_t_sweep, scores[1:])}
+    if on_score is not None:
+        on_score(score, scores_by_a_t)
 
     levels = [{"p": p, "accuracy": float(a), "margin": float(m),
                "feasibility": _feasibility(tasks.lexicon, pair[1]),

@@ -133,6 +133,23 @@ def test_front_end_trials_report_mean_std_sweep_and_mean_icl(tiny_llama_dir, tmp
     assert set(header.split()) == set(result["levels"][0])  # stdout's columns are results.json's keys
 
 
+def test_the_score_is_said_and_saved_before_the_baselines(tiny_llama_dir, tmp_path, capsys, monkeypatch):  # noqa: F811
+    """The loss-data baselines take minutes after the score: stopped there, the score is on stdout
+    and in results.json already, marked pending."""
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(syntextbench.loss_data, "loss_data_curves", stop)
+    with pytest.raises(SystemExit):
+        front_end.main([f"--model={tiny_llama_dir}", "--n=200", "--levels=0,0.2", "--icl_examples=0",
+                        "--batch_size=8", f"--output_dir={tmp_path}"])
+    out = capsys.readouterr().out
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert f"SynTextBench score {saved['score']:.4f}; in-context accuracy and baselines follow" in out
+    assert "baselines" in saved["pending"] and saved["trial_scores"] == [saved["score"]]
+    assert saved["run_info"]["command"]["argv"] and "levels" not in saved
+
+
 def test_too_few_test_sentences_are_refused_with_the_smallest_n_that_works():
     for n in (16, syntextbench.MIN_N - 1):
         with pytest.raises(LmprobeError, match=f"n={n} .* use n >= {syntextbench.MIN_N}"):
