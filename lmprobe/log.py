@@ -6,7 +6,9 @@
     log.get(__name__).warning("...")               # 'warning: ...' on stderr
 
 Library code only creates records: nothing is shown until a program calls ``setup`` (Python's own
-last-resort handler still shows warnings and errors). Results (a front end's summary table) are
+last-resort handler still shows warnings and errors). What a user must see even in a plain script
+(a fallback, a re-placement of weights, a recompilation) is a ``notice``: a Python warning
+(category ``Notice``), on stderr once per message. Results (a front end's summary table) are
 not logged: they go to stdout. ``Progress`` is progress as log lines, where no terminal shows a bar.
 """
 
@@ -17,6 +19,7 @@ import os
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable
 
 ROOT = "lmprobe"
@@ -33,6 +36,17 @@ def quiet_third_party() -> None:
     settings of these environment variables win."""
     for name, value in QUIET_ENV.items():
         os.environ.setdefault(name, value)
+
+
+class Notice(UserWarning):
+    """Something the engine did instead of what was asked, that a user must see once."""
+
+
+def notice(message: str, *, stacklevel: int = 1) -> None:
+    """``message`` as a ``Notice`` warning: on stderr once per message (Python's default filter), in
+    a plain script as in a front end; shown at the line that calls ``notice`` (``stacklevel`` 1;
+    2: that line's caller, as for ``warnings.warn``)."""
+    warnings.warn(message, Notice, stacklevel=stacklevel + 1)
 
 
 def get(name: str = ROOT) -> logging.Logger:

@@ -116,3 +116,27 @@ def test_a_front_end_logs_progress_to_a_file(monkeypatch, capsys):
     list(cli.progress(range(3), desc="stage", total=3))
     err = capsys.readouterr().err
     assert "stage: 0/3 started\n" in err and "stage: 3/3 done in " in err
+
+
+NOTICE_SCRIPT = """
+import jax, jax.numpy as jnp
+from lmprobe.engine import Scorer
+from lmprobe.models import CallableLM
+model = CallableLM(lambda p, ids, mask: p["w"][ids], {"w": jnp.ones((16, 16))}, max_length=16)
+for _ in range(2):  # two scorers, two queries each: the fallback is said once
+    scorer = Scorer(model, batch_size=2)
+    scorer.score_pairs([[1, 2, 3]], [[1, 2, 4]])
+    scorer.score_pairs([[1, 2, 3]], [[1, 2, 5]])
+"""
+
+
+def test_a_notice_reaches_a_plain_scripts_stderr_once():
+    """No log.setup: a fallback is a warning on stderr, once, in a script that configures nothing."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("PYTEST")}
+    done = subprocess.run([sys.executable, "-c", NOTICE_SCRIPT], capture_output=True, text=True, timeout=120,
+                          env={**env, "JAX_PLATFORMS": "cpu"})
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("Notice: callable models have no packed rows") == 1, done.stderr

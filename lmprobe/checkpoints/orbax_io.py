@@ -29,6 +29,7 @@ from flax import nnx
 
 from lmprobe.checkpoints.base import listing, read_json
 from lmprobe.errors import CheckpointError
+from lmprobe.models import FAMILIES
 
 FORMAT = "lmprobe-orbax"
 PARAMS, META, TOKENIZER = "params", "meta", "tokenizer"
@@ -60,6 +61,14 @@ def save(directory, step: int, model: nnx.Module, *, hf_config: dict, tokenizer=
     if not isinstance(hf_config, dict) or not hf_config.get("model_type"):
         raise CheckpointError("save(..., hf_config=...) needs the model's config.json dict, with its "
                               "'model_type' (e.g. the dict lmprobe built the model from)")
+    family = FAMILIES.get(hf_config["model_type"])
+    if family is None or family.model is not type(model):
+        raise CheckpointError(
+            f"save: a {type(model).__name__} saved with model_type {hf_config['model_type']!r} could not be loaded "
+            "back: lmprobe's layout is for its own families, with their config (llama, gpt2, ...); save your model's "
+            "params with "
+            "orbax's standard API (ocp.StandardCheckpointer, CheckpointManager) and sweep them with `lmprobe sweep "
+            "--checkpoints=DIR --model_fn=MODULE:FUNCTION --tokenizer=NAME`")
     directory = os.path.abspath(os.fspath(directory))
     if int(step) in steps(directory):
         raise CheckpointError(f"step {int(step)} is already saved in '{directory}': save under a new step, or "

@@ -32,8 +32,6 @@ from lmprobe.engine.batching import LENGTH_BUCKETS, Batch, make_batches
 from lmprobe.engine.mesh import auto_axes, batch_axes, batch_devices, batch_sharding, replicated, tracing_on
 from lmprobe.errors import LmprobeError
 
-_log = log.get("engine")
-
 
 class Runner:
     """A model split into its graph and (sharded) state, a mesh, and the batch geometry.
@@ -67,10 +65,11 @@ class Runner:
         return batch_devices(self.mesh, self.data_axes)
 
     def say_once(self, key: str, message: str) -> None:
-        """Log ``message`` (info) the first time this runner meets ``key``."""
+        """``message`` as a notice (lmprobe.log.notice: a warning on stderr) the first time this runner
+        meets ``key``."""
         if key not in self._said:
             self._said.add(key)
-            _log.info(message)
+            log.notice(message)
 
     def onto_mesh(self, state):
         """``state`` with the arrays committed to devices outside the mesh moved onto it (replicated);

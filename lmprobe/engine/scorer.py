@@ -18,9 +18,12 @@ Every query runs a step of lmprobe.engine.steps over a stream of batches with th
 Models from memory: ``Scorer(model, tokenizer, mesh=trainer_mesh, data_axes=("data", "fsdp"))``
 takes a model whose parameters are already sharded on the user's mesh, as they are;
 ``Scorer(CallableLM(apply, params, max_length=...), tokenizer)`` any JAX callable
-(lmprobe.models.callable_lm). What a model's family lacks (Family.packing, kv_cache) falls back to
-unpacked rows and full recomputation, said once in the log. ``scorer.update(new_weights, step=...)``
-swaps in weights of the same layout and keeps the compiled steps (a training loop's callback).
+(lmprobe.models.callable_lm), and ``Scorer(module, tokenizer)`` an nnx.Module of the user's own
+(``__call__(ids, mask)`` -> logits or (logits, hidden)) by the same path. What a model's family lacks
+(Family.packing, kv_cache) falls back to unpacked rows and full recomputation, said once (a
+warning: lmprobe.log.notice). ``scorer.update(new_weights, step=...)`` swaps in weights of the same
+shapes and dtypes and keeps the compiled steps (a training loop's callback); leaves that come with
+another sharding are put back onto the Scorer's layout, said once.
 
 ``Scorer(model, ...)`` and ``Scorer.load`` give the class of the model's kind: encoder-decoders
 (T5) get a ``Seq2SeqScorer`` (lmprobe.engine.seq2seq), whose queries read the text as a target.
@@ -158,6 +161,10 @@ class Scorer:
             raise LmprobeError(f"batch_size={batch_size} and max_tokens={max_tokens} must be >= 1 (sequences and "
                                "tokens per device per batch)")
         enable_compilation_cache()
+        self.module_graph = None  # a foreign module's graph (run as a CallableLM): update takes that module
+        if is_foreign(model):
+            self.module_graph = nnx.graphdef(model)
+            model = CallableLM.of_module(model, max_length=max_length)
         self.tokenizer = tokenizer
         self.config = model.config
         self.family = family_of(model)  # None: a wrapped model (a task head on a body)
@@ -234,8 +241,9 @@ class Scorer:
         """Swap in new weights of the model's layout, keeping every compiled step (no recompilation).
 
         ``weights``: an nnx.Module of the same graph (the trainer's model after some steps), its
-        nnx.State, or a CallableLM's params pytree; each leaf with the shape, dtype and sharding of
-        the one it replaces, else an error naming the first that differs. ``identity`` replaces the
+        nnx.State, a CallableLM's params pytree, or the user's own module the Scorer was built on; each
+        leaf with the shape and dtype of the one it replaces, else an error naming the first that
+        differs (a leaf with another sharding is copied onto the Scorer's: ``onto_layout``). ``identity`` replaces the
         scorer's identity (results.json, cache keys); else it gets ``step`` (and, without a step, a
         count of updates), so that caches keyed on it never serve the old weights' results. A
         HiddenMemo filled before holds the old weights' states: start a new one.
@@ -244,6 +252,11 @@ class Scorer:
         (nnx.Optimizer) is seen by the next query even without ``update``, which then only renames.
         """
         graphdef = self.runner.graphdef
+        if self.module_graph is not None and isinstance(weights, nnx.Module) and not isinstance(weights, CallableLM):
+            if nnx.graphdef(weights) != self.module_graph:
+                raise LmprobeError(f"update: the new {type(weights).__name__}'s graph differs from the Scorer's "
+                                   "(another architecture or config): build a new Scorer for it")
+            weights = nnx.state(weights)  # the foreign module's state: its CallableLM's params
         if isinstance(weights, nnx.Module):
             graphdef, weights = nnx.split(weights)
         elif self.family is not None and self.family.model is CallableLM:
@@ -254,13 +267,39 @@ class Scorer:
         if graphdef != self.runner.graphdef:
             raise LmprobeError(f"update: the new model's graph differs from the Scorer's {self.identity['family']}"
                                " (another architecture or config): build a new Scorer for it")
-        self.runner.update(weights)
+        self.runner.update(self.onto_layout(weights))
         self.updates += 1
         if identity is None:
             identity = {**{k: v for k, v in self.identity.items() if k != "update"}, "step": step}
             if step is None:
                 identity["update"] = self.updates
         self.identity = {**identity, "max_length": self.max_length}
+
+    def onto_layout(self, state):
+        """``state`` with each array whose shape and dtype match the Scorer's but whose sharding differs
+        put onto the Scorer's sharding (a trainer's step jitted without out_shardings may re-shard
+        small leaves), said once; other differences are left for ``Runner.update`` to refuse."""
+        moved = []
+
+        def place(path, x, y):
+            if (isinstance(x, jax.Array) and isinstance(y, jax.Array) and y.committed
+                    and (x.shape, x.dtype, x.weak_type) == (y.shape, y.dtype, y.weak_type)
+                    and x.sharding != y.sharding and not x.sharding.is_equivalent_to(y.sharding, x.ndim)):
+                moved.append((jax.tree_util.keystr(path, simple=True, separator="."), x.nbytes))
+                return jax.device_put(x, y.sharding)
+            return x
+
+        try:
+            state = jax.tree_util.tree_map_with_path(place, state, self.runner.state)
+        except (ValueError, TypeError):  # another structure: Runner.update names the leaf
+            return state
+        if moved:
+            names = ", ".join(n.replace(".value", "") for n, _ in moved[:3]) + (", ..." if len(moved) > 3 else "")
+            self.runner.say_once("re-placed", f"update: {len(moved)} parameter arrays ({names}; "
+                                 f"{_size(sum(b for _, b in moved))}) came with another sharding than the "
+                                 "Scorer's and were copied onto its layout (on every update that brings them so): "
+                                 "give the train step out_shardings to keep its layout")
+        return state
 
     # ------------------------------------------------------------------ inputs
 
@@ -594,6 +633,16 @@ def model_identity(model, *, name: str | None = None, checkpoint: dict | None = 
             **({"apply": model.config.apply_name} if isinstance(model, CallableLM) else {}),
             "model_type": model_type or getattr(model.config, "model_type", None), "param_dtype": param_dtype,
             "dtype": str(jnp.dtype(dtype)) if dtype is not None else param_dtype, "variants": []}
+
+
+def is_foreign(model) -> bool:
+    """Whether ``model`` is an nnx.Module of the user's own: no lmprobe family, and none inside it (a
+    task head on an lmprobe body, such as SCoPE's classifier, is not foreign)."""
+    return isinstance(model, nnx.Module) and not any(family_of(m) is not None for _, m in nnx.iter_modules(model))
+
+
+def _size(n: int) -> str:
+    return f"{n} bytes" if n < 1024 else f"{n / 1024:.1f} KiB" if n < 2**20 else f"{n / 2**20:.1f} MiB"
 
 
 def _absolute(positions, length, i) -> list[int]:

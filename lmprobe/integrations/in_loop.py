@@ -10,12 +10,15 @@ Every input is drawn once, at construction, from a seeded sample of the corpus: 
 every call, so the numbers compare across steps and the compiled programs never change shape.
 The first call builds one Scorer on the model as it is (its parameters stay where the trainer put
 them); each later call swaps in the new weights (``Scorer.update``: the same model, its
-nnx.State, or a CallableLM's params) and reuses the compiled steps. A model that is not an
-lmprobe family runs as ``lmprobe.models.callable_lm.CallableLM(apply, params, ...)``: pass it on
-the first call, then the CallableLM again or its params. Each call appends one row (step, UTC
-time, seconds, every metric, seconds per method, and ``traces``: the engine's compilations so far,
-constant after the first call) to RUN_DIR/proxies.jsonl on process 0, in one write, flushed and
-synced: a crash mid-write leaves the earlier rows whole (``read_rows`` skips a torn last line).
+nnx.State, or a CallableLM's params) and reuses the compiled steps (a later call that compiles
+says so: lmprobe.log.notice). A model that is not an lmprobe family runs as
+``lmprobe.models.callable_lm.CallableLM(apply, params, ...)``, or is an nnx.Module of your own
+whose ``__call__(ids, mask)`` returns logits or (logits, hidden): pass it on the first call, then
+the same again (or the CallableLM's params). The first call checks the methods against what the
+model gives (hidden states, token embeddings) before any work: one error naming those it cannot run.
+Each call appends one row (step, UTC time, seconds, every metric, seconds per method, and
+``traces``: the engine's compilations so far, constant after the first call) to
+RUN_DIR/proxies.jsonl on process 0, in one write, flushed and synced: a crash mid-write leaves the earlier rows whole (``read_rows`` skips a torn last line).
 In a multi-process job every process calls the probe at the same steps (the queries are collective).
 Between calls the Scorer keeps a reference to the weights it last scored.
 
@@ -45,6 +48,7 @@ from lmprobe.data.corpus import Corpus, load_corpus
 from lmprobe.engine import HiddenMemo, Scorer
 from lmprobe.engine.runtime import is_main
 from lmprobe.errors import LmprobeError
+from lmprobe.log import notice
 from lmprobe.methods import realtask, synbench, syntextbench
 from lmprobe.methods.byod import knowledge, long_range, next_token
 from lmprobe.methods.byod.common import shuffled
@@ -52,6 +56,7 @@ from lmprobe.report.artifacts import is_remote, json_text
 
 FILENAME = "proxies.jsonl"
 BUCKETS = (16, 32, 64, 128, 256, 512)  # coarser than the engine's: fewer programs to compile on the first call
+EMBEDDINGS = ("syntextbench", "synbench")  # the methods that read hidden states, not next-token distributions
 DEFAULT_METHODS = ("heldout_loss", "byod_negation", "byod_word_order", "byod_long_range", "syntextbench")
 
 
@@ -127,7 +132,7 @@ class ProxyCallback:
         self.path = os.path.join(os.fspath(run_dir), FILENAME) if run_dir is not None else None
         if self.path and is_main():
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        self.scorer = None
+        self.scorer, self.rows = None, 0  # rows: calls done
         self.last_seconds, self.last_seconds_by_method = None, {}  # the latest call's wall time, in all and per method
         self._prepare(corpus, heldout, heldout_texts)
         self.syntextbench_config = syntextbench.Config(n=syntextbench_n, levels=tuple(syntextbench_levels),
@@ -183,6 +188,7 @@ class ProxyCallback:
             raise LmprobeError(f"ProxyCallback: step {step!r} is not an integer: pass the training step") from None
         start = time.perf_counter()
         scorer = self._scorer(model, step)
+        traced = sum(scorer.compilations.values()) if self.rows else None
         memo, metrics, seconds = HiddenMemo(), {}, {}
         for name in self.methods:
             begin = time.perf_counter()
@@ -195,6 +201,10 @@ class ProxyCallback:
                "traces": sum(scorer.compilations.values())}
         if self.path and is_main():
             append_row(self.path, row)
+        if traced is not None and row["traces"] > traced:
+            notice(f"ProxyCallback: step {step} compiled {row['traces'] - traced} program(s) again (the weights' "
+                   "layout or the inputs' shapes changed): later calls should compile nothing")
+        self.rows += 1
         return metrics
 
     def _scorer(self, model, step: int) -> Scorer:
@@ -204,14 +214,34 @@ class ProxyCallback:
             return self.scorer
         if not isinstance(model, nnx.Module):
             raise LmprobeError(f"ProxyCallback: the first call needs the model itself, got {type(model).__name__}: "
-                               "pass an lmprobe model (e.g. lmprobe.models.llama.Llama) or "
-                               "lmprobe.models.callable_lm.CallableLM(apply, params, ...); later calls may pass "
+                               "pass an lmprobe model (e.g. lmprobe.models.llama.Llama), an nnx.Module of your own "
+                               "or lmprobe.models.callable_lm.CallableLM(apply, params, ...); later calls may pass "
                                "its nnx.State or params")
-        context = getattr(model, "max_length", None) or model.config.max_position_embeddings
+        context = getattr(model, "max_length", None) or getattr(
+            getattr(model, "config", None), "max_position_embeddings", None) or self.max_length
         extra = {"data_axes": tuple(self.data_axes)} if self.data_axes is not None else {}
-        self.scorer = Scorer(model, self.tokenizer, mesh=self.mesh, batch_size=self.batch_size,
-                             max_length=min(self.max_length, context), buckets=self.buckets, **extra)
-        return self.scorer
+        scorer = Scorer(model, self.tokenizer, mesh=self.mesh, batch_size=self.batch_size,
+                        max_length=min(self.max_length, context), buckets=self.buckets, **extra)
+        self.check(scorer)
+        self.scorer = scorer
+        return scorer
+
+    def check(self, scorer: Scorer) -> None:
+        """One error, before any work, naming the methods ``scorer``'s model cannot run and why."""
+        callable_lm = scorer.identity.get("family") == "CallableLM"
+        why = {}
+        for name in self.methods:
+            if name not in EMBEDDINGS and not scorer.is_decoder:
+                why[name] = "a causal language model"
+            elif name in EMBEDDINGS and scorer.config.hidden_size is None:
+                why[name] = "hidden states (return (logits, hidden [B, T, D]) from apply or __call__)"
+            elif name == "synbench" and callable_lm:
+                why[name] = "the model's token embeddings, which a CallableLM or module of your own does not expose"
+        if why:
+            needs = "; ".join(f"{name} needs {reason}" for name, reason in why.items())
+            keep = tuple(m for m in self.methods if m not in why)
+            raise LmprobeError(f"ProxyCallback: {needs}: drop {'it' if len(why) == 1 else 'them'} (methods="
+                               f"{keep!r}) or give a model that has {'it' if len(why) == 1 else 'them'}")
 
     @property
     def compilations(self) -> dict[str, int]:

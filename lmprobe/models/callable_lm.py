@@ -6,8 +6,11 @@
 ``apply`` returns logits [B, T, V], or (logits, hidden) with hidden [B, T, D] (the final states) or
 [L+1, B, T, D] (every layer in Hugging Face's order: the embeddings first, the final states last),
 which embeddings need. One abstract call (jax.eval_shape) at construction infers V, D and L and
-checks the outputs' shapes and dtypes. ``params`` is the module's one nnx.Param (any pytree, given
-back to ``apply`` as it is), so a Runner splits and jits it like any model's state.
+checks the outputs' shapes and dtypes; another, on [1, max_length] ids, checks that the model takes
+``max_length`` tokens (else the error names the longest length it takes). ``CallableLM.of_module``
+wraps a Flax NNX module of the user's own (``__call__(input_ids, attention_mask)``). ``params`` is the
+module's one nnx.Param (any pytree, given back to ``apply`` as it is), so a Runner splits and jits it
+like any model's state.
 
 The engine cannot run a callable's LM head at chosen positions, so its logits stand in for the
 states the head reads (``Family.lm_head`` False: ``logits`` is the identity, and a HiddenMemo holds
@@ -46,24 +49,52 @@ class CallableConfig:
 class CallableLM(nnx.Module):
     """A causal LM around ``apply(params, input_ids, attention_mask) -> logits | (logits, hidden)``."""
 
-    def __init__(self, apply: Callable, params, *, max_length: int, embed_apply: Callable | None = None):
+    def __init__(self, apply: Callable, params, *, max_length: int, embed_apply: Callable | None = None,
+                 name: str | None = None):
         if not isinstance(max_length, int) or max_length < 1:
             raise LmprobeError(f"CallableLM(max_length={max_length!r}): give the model's context length in tokens")
         self.apply_fn, self.embed_apply = apply, embed_apply
         self.params = nnx.Param(params)
+        name = name or f"{getattr(apply, '__module__', '')}.{getattr(apply, '__qualname__', type(apply).__name__)}"
         ids = jax.ShapeDtypeStruct(PROBE, jnp.int32)
         logits, hidden = _outputs("apply", apply, params, ids, ids)
+        _check_context(apply, params, max_length)
         self.config = CallableConfig(
             vocab_size=logits.shape[-1], max_position_embeddings=max_length,
             hidden_size=None if hidden is None else hidden.shape[-1],
             num_hidden_layers=hidden.shape[0] - 1 if hidden is not None and hidden.ndim == 4 else None,
-            apply_name=f"{getattr(apply, '__module__', '')}.{getattr(apply, '__qualname__', type(apply).__name__)}")
+            apply_name=name)
         if embed_apply is not None:
             if hidden is None:
                 raise LmprobeError("CallableLM(embed_apply=...) needs apply to return (logits, hidden): the hidden "
                                    "size is the width of the inputs_embeds it takes")
             x = jax.ShapeDtypeStruct((*PROBE, hidden.shape[-1]), jnp.float32)
             _outputs("embed_apply", embed_apply, params, x, ids, vocab=logits.shape[-1])
+
+    @classmethod
+    def of_module(cls, module: nnx.Module, *, max_length: int | None = None) -> CallableLM:
+        """A Flax NNX module of the user's own whose ``__call__(input_ids, attention_mask)`` returns
+        logits or (logits, hidden), as a CallableLM: its params are the module's nnx.State (every
+        variable), merged back into the module inside each step. ``max_length``: default the module's
+        ``max_length`` or ``config.max_position_embeddings``."""
+        what = type(module).__name__
+        max_length = max_length or getattr(module, "max_length", None) or getattr(
+            getattr(module, "config", None), "max_position_embeddings", None)
+        if not max_length:
+            raise LmprobeError(f"Scorer({what}(...)): the module has no max_length nor config.max_position_"
+                               "embeddings: pass max_length=... (the longest input in tokens it takes)")
+        graphdef, state = nnx.split(module)
+
+        def apply(state, input_ids, attention_mask):
+            return nnx.merge(graphdef, state)(input_ids, attention_mask)
+
+        try:
+            return cls(apply, state, max_length=int(max_length), name=f"{type(module).__module__}.{what}")
+        except LmprobeError as e:
+            said = str(e).replace("CallableLM: apply(params", f"{what}.__call__(").replace("(, ", "(")
+            hint = "" if "max_length" in said else ("; a module of your own needs __call__(input_ids, attention_"
+                                                    "mask) returning logits [B, T, V] or (logits, hidden [B, T, D])")
+            raise LmprobeError(f"Scorer({what}(...)): {said}{hint}") from e
 
     def embed(self, input_ids):
         """A callable has no token-embedding table lmprobe can read: a clear error for what asks
@@ -122,6 +153,30 @@ def _outputs(name: str, fn, params, x, mask, vocab: int | None = None):
         raise LmprobeError(f"CallableLM: {call} returned {got}; expected {expected}"
                            + (f" with V = {vocab}" if vocab else ""))
     return logits, hidden
+
+
+def _check_context(apply, params, max_length: int) -> None:
+    """One abstract call of ``apply`` on [1, max_length] ids; when it fails (a position table shorter
+    than ``max_length``), an error naming the longest length it takes (bisection, abstract calls)."""
+    def fails(length: int) -> Exception | None:
+        ids = jax.ShapeDtypeStruct((1, length), jnp.int32)
+        try:
+            jax.eval_shape(apply, params, ids, ids)
+        except Exception as e:  # the user's code at that length
+            return e
+        return None
+
+    error = fails(max_length)
+    if error is None:
+        return
+    good, bad = 0, max_length  # the longest length that works is in [good, bad)
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        good, bad = (good, mid) if fails(mid) else (mid, bad)
+    first = (str(error).strip().splitlines() or [""])[0]
+    longest = f"the longest it takes is {good} tokens: pass max_length={good}" if good else "it takes no length"
+    raise LmprobeError(f"CallableLM(max_length={max_length}): apply fails on {max_length} tokens "
+                       f"({type(error).__name__}: {first}); {longest}")
 
 
 def _shape(x) -> str:

@@ -101,3 +101,18 @@ def test_bad_directories_say_what_was_looked_for(tmp_path, saved):
             load(str(root), tokenizer=False)
     finally:
         meta.write_text(original)
+
+
+def test_save_refuses_what_it_cannot_load_back(tmp_path, saved):
+    """A CallableLM (or a config of another family) would save and never load: refused, pointing to --model_fn."""
+    import jax.numpy as jnp
+
+    from lmprobe.models import CallableLM
+
+    model = CallableLM(lambda p, ids, mask: p["w"][ids], {"w": jnp.ones((8, 8))}, max_length=16)
+    with pytest.raises(CheckpointError, match=r"could not be loaded back.*orbax's standard API.*--model_fn="):
+        save(tmp_path / "run", 1, model, hf_config={"model_type": "callable"})
+    _, _, config = saved
+    with pytest.raises(CheckpointError, match="CallableLM saved with model_type 'llama' could not be loaded back"):
+        save(tmp_path / "run", 1, model, hf_config=config)
+    assert not (tmp_path / "run").exists()

@@ -1,9 +1,9 @@
 """A CallableLM wrapping an lmprobe Llama gives the module's results for every Scorer query, through
-the engine's fallbacks (unpacked rows, generation by recomputation), each logged once; a callable
+the engine's fallbacks (unpacked rows, generation by recomputation), each a notice once; a callable
 whose outputs have the wrong shape or dtype is refused with one clear error."""
 
 import contextlib
-import logging
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -14,6 +14,7 @@ from flax import nnx
 from lmprobe.checkpoints import load
 from lmprobe.engine import HiddenMemo, Scorer, make_mesh, placement, steps
 from lmprobe.errors import LmprobeError
+from lmprobe.log import Notice
 from lmprobe.models import CallableLM, family_of
 from tests.engine.conftest import VOCAB
 
@@ -49,17 +50,14 @@ def pair(tiny_llama_dir):
 
 @contextlib.contextmanager
 def logged():
-    """The messages lmprobe logs at INFO inside the block (whatever handlers log.setup left)."""
-    messages, handler, logger = [], logging.Handler(), logging.getLogger("lmprobe")
-    handler.emit = lambda record: messages.append(record.getMessage())
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        yield messages
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
+    """The notices lmprobe gives inside the block (lmprobe.log.notice: warnings), every emission counted."""
+    messages = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", Notice)
+        try:
+            yield messages
+        finally:
+            messages += [str(w.message) for w in caught if issubclass(w.category, Notice)]
 
 
 def close(x, y, atol=2e-5):
@@ -183,3 +181,63 @@ def test_bad_embed_apply_and_context_are_refused():
                    embed_apply=lambda p, x, m: (x, x))
     with pytest.raises(LmprobeError, match="context length"):
         CallableLM(lambda p, ids, m: p["w"][ids], params, max_length=0)
+
+
+def positional(params, ids, mask):
+    """A model with a learned position table of 32 rows (logits, final states)."""
+    h = params["w"][ids] + params["pos"][:ids.shape[1]]
+    return h @ params["w"].T, h
+
+
+def test_a_context_longer_than_the_model_takes_is_refused_at_construction():
+    params = {"w": jnp.ones((VOCAB, 16)), "pos": jnp.zeros((32, 16))}
+    assert CallableLM(positional, params, max_length=32).config.max_position_embeddings == 32
+    with pytest.raises(LmprobeError, match=r"max_length=48\): apply fails on 48 tokens .*the longest it takes is "
+                                           r"32 tokens: pass max_length=32"):
+        CallableLM(positional, params, max_length=48)
+
+
+class Foreign(nnx.Module):
+    """A user's own NNX decoder (no lmprobe family): embeddings, a norm, an LM head."""
+
+    def __init__(self, rngs, outputs="both"):
+        self.embed = nnx.Embed(VOCAB, 16, rngs=rngs)
+        self.pos = nnx.Param(0.1 * jax.random.normal(rngs.params(), (32, 16)))
+        self.norm = nnx.RMSNorm(16, rngs=rngs)
+        self.head = nnx.Linear(16, VOCAB, rngs=rngs)
+        self.outputs = outputs
+
+    def __call__(self, input_ids, attention_mask):
+        h = self.norm(self.embed(input_ids) + self.pos[:input_ids.shape[1]])
+        logits = self.head(h)
+        return {"both": (logits, h), "logits": logits, "ids": input_ids}[self.outputs]
+
+
+def test_a_foreign_nnx_module_runs_as_a_callable_lm(pair):
+    ref, _ = pair
+    module = Foreign(nnx.Rngs(0))
+    scorer = Scorer(module, mesh=ref.mesh, batch_size=4, max_length=32)
+    assert scorer.is_decoder and scorer.config.hidden_size == 16 and scorer.identity["family"] == "CallableLM"
+    ids = np.asarray(A[0])
+    logp = jax.nn.log_softmax(module(ids[None], np.ones((1, len(ids)), np.int32))[0][0], -1)
+    close(scorer.score(A[:1]).token_logprobs, [np.asarray(logp)[np.arange(len(ids) - 1), ids[1:]]], atol=1e-5)
+    traced = dict(scorer.compilations)
+    module.head.bias[...] = module.head.bias[...] + jnp.arange(VOCAB) / VOCAB  # a trainer's step, in place
+    scorer.update(module, step=1)  # the module itself, as a ProxyCallback passes it
+    logp = jax.nn.log_softmax(module(ids[None], np.ones((1, len(ids)), np.int32))[0][0], -1)
+    close(scorer.score(A[:1]).token_logprobs, [np.asarray(logp)[np.arange(len(ids) - 1), ids[1:]]], atol=1e-5)
+    assert dict(scorer.compilations) == traced
+    assert scorer.embed(A[:2]).shape == (2, 16)
+
+
+def test_a_foreign_module_gets_one_line_saying_what_to_return(pair):
+    ref, _ = pair
+    with pytest.raises(LmprobeError, match=r"Scorer\(Foreign\(...\)\): .*no max_length .*pass max_length="):
+        Scorer(Foreign(nnx.Rngs(0)))
+    with pytest.raises(LmprobeError, match=r"Foreign.__call__\(int32\[2, 8\], int32\[2, 8\]\) returned int32.*needs "
+                                           r"__call__\(input_ids, attention_mask\) returning logits"):
+        Scorer(Foreign(nnx.Rngs(0), outputs="ids"), max_length=32)
+    with pytest.raises(LmprobeError, match="the longest it takes is 32 tokens"):
+        Scorer(Foreign(nnx.Rngs(0)), max_length=64)
+    with pytest.raises(LmprobeError, match="graph differs"):
+        Scorer(Foreign(nnx.Rngs(0)), mesh=ref.mesh, max_length=32).update(Foreign(nnx.Rngs(0), outputs="logits"))

@@ -3,6 +3,7 @@ module it wraps, bad input, and the JSONL log surviving a torn line."""
 
 import os
 import re
+import time
 
 import jax
 import numpy as np
@@ -126,3 +127,20 @@ def test_torn_line_keeps_earlier_rows(tmp_path):
         f.write(b'{"step": 1, "lo')  # the crash
     append_row(path, {"step": 2, "loss": float("nan")})
     assert read_rows(path) == [{"step": 0, "loss": 1.5}, {"step": 2, "loss": None}]
+
+
+def test_methods_the_model_cannot_run_are_refused_before_any_work(tokenizer, tmp_path):
+    """A logits-only callable with the default methods: one line naming the methods at the first call, at once."""
+    model = tiny(tokenizer)
+    graphdef, params = nnx.split(model)
+    logits_only = CallableLM(lambda p, ids, mask: nnx.merge(graphdef, p)(ids, mask).logits, params, max_length=256)
+    probe = ProxyCallback(tokenizer, tmp_path, heldout_texts=4, examples=8)
+    start = time.perf_counter()
+    with pytest.raises(LmprobeError, match=r"ProxyCallback: syntextbench needs hidden states .*: drop it \(methods="
+                                           r"\('heldout_loss', 'byod_negation', 'byod_word_order', 'byod_long_range'"):
+        probe(0, logits_only)
+    assert time.perf_counter() - start < 5 and probe.scorer is None and not (tmp_path / FILENAME).exists()
+    with_hidden = CallableLM(lambda p, ids, mask: (lambda o: (o.logits, o.last_hidden_state))(
+        nnx.merge(graphdef, p)(ids, mask)), params, max_length=256)
+    with pytest.raises(LmprobeError, match="synbench needs the model's token embeddings"):
+        ProxyCallback(tokenizer, methods=("synbench", "heldout_loss"), heldout_texts=4)(0, with_hidden)
