@@ -1,8 +1,8 @@
-"""The README's validate findings, re-tested with today's statistics from the published values.
+"""docs/findings.md's validate findings, re-tested with today's statistics from the published values.
 
     python -m experiments.bench.findings_statistics
 
-The runs behind docs' findings (encoders, SmolLM2's noise ladder, four base decoders) printed each
+The runs behind those findings (encoders, SmolLM2's noise ladder, four base decoders) printed each
 number as value ± standard error; their run directories are not kept, so this recomputes from
 those printed values: ladder trends with the exact one-sided p in the stated direction, Holm
 across the proxies of a ladder, the power of each test; pairs and ladder steps resolved by t tests

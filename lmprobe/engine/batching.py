@@ -15,12 +15,11 @@ import numpy as np
 
 from lmprobe.errors import LmprobeError
 
-# Powers of two and 1.5 times them: at most a third of a batch's positions are padding (the
-# synthetic-sentence lengths of SynTextBench went from 68% to 82% real tokens, 1.2x faster).
+# Powers of two and 1.5 times them: at most a third of a batch's positions are padding.
 LENGTH_BUCKETS = tuple(sorted({8 << i for i in range(13)} | {12 << i for i in range(12)}))
 # A partial batch that would carry this many padding tokens is cut into power-of-two pieces instead
-# (5 rows -> 4 + 1): another compiled shape costs about as much as running that many tokens (smollm2-135m
-# on 2 CPU cores: ~1.5 s a compile, ~3 ms a token at 2,048 positions).
+# (5 rows -> 4 + 1): another compiled shape costs about as much as running that many tokens
+# (docs/performance.md, "Batching").
 SPLIT_PADDING_TOKENS = 2048
 
 

@@ -20,8 +20,8 @@ from lmprobe.engine.packing import PADDING, visibility
 from lmprobe.errors import LmprobeError
 from lmprobe.models import family_of
 
-# Positions per LM-head slice when scoring every token, at most. The head runs ~128 rows a slice: on 2 CPU
-# cores [128, 576] x [576, 49152] slices reach 123 GFLOP/s, slices of 32 rows (one row of 32 positions) 91.
+# Positions per LM-head slice when scoring every token, at most: slices of ~128 rows run the head's matmul
+# near its best rate on CPU, 32-row slices well below it (docs/performance.md).
 TIME_CHUNK = 128
 LOGITS_BYTES = 32 << 20  # and a slice's float32 logits, [B, slice, V], at most this (one row's at least)
 NO_HIDDEN = ("embeddings need hidden states, and this model gives logits only (a CallableLM whose apply returns "

@@ -1,4 +1,4 @@
-"""experiments.bench.findings_statistics: the README's re-tested findings are what it prints."""
+"""experiments.bench.findings_statistics: docs/findings.md's re-tested figures are what it prints."""
 
 from __future__ import annotations
 
