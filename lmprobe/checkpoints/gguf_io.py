@@ -410,12 +410,6 @@ def read_header(path: str, strings=frozenset()) -> tuple[dict, list[TensorInfo]]
     return fields, tensors
 
 
-def gguf_config(path: str) -> dict:
-    """The Hugging Face config.json dict synthesized from a GGUF file's metadata."""
-    meta = Meta(*read_header(path), path)
-    return arch_for(meta).config(meta)
-
-
 class GGUFSource(IndexedSource):
     """The tensors of a GGUF file under Hugging Face names, dequantized and un-converted on read."""
 

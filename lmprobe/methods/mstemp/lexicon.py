@@ -60,10 +60,6 @@ def lexfile(lemma: str, pos: str, directory: str | None = None) -> str | None:
     return _lexfiles(find_wordnet_dir(directory))[pos, offsets[0]] if offsets else None
 
 
-def tagged_count(lemma: str, pos: str, directory: str | None = None) -> int:
-    return _tagged_counts(find_wordnet_dir(directory)).get((lemma.lower(), pos), 0)
-
-
 DEFAULT_MIN_TAGGED = 3  # common words only: ~1.1k nouns, ~1k adjectives
 
 
