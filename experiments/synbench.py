@@ -35,12 +35,12 @@ import math
 from experiments import cli, flags
 from experiments.cli import load_scorer, main_guard, output_dir, progress, say
 from lmprobe.data import gaussian
-from lmprobe.methods import robust_probe, synbench, synbench_models
+from lmprobe.methods import robust_probe, synbench
 from lmprobe.report import plots
 from lmprobe.report.artifacts import join
 from lmprobe.report.text import plural, timings
 
-DEFAULT_MODEL = synbench_models.IDENTITY
+DEFAULT_MODEL = synbench.IDENTITY
 
 
 def _scale(text: str):
@@ -61,7 +61,7 @@ class FrontEnd:
     model: str = DEFAULT_MODEL
     input_shape: tuple[int, ...] | None = None  # input of identity / random_projection / functions: 3,224,224 or 8x576
     channel_axis: int | None = None  # channel axis of the band covariance (functions)
-    projection_dim: int = synbench_models.PROJECTION_DIM  # output width of random_projection
+    projection_dim: int = synbench.PROJECTION_DIM  # output width of random_projection
     seq_len: int = synbench.DEFAULT_SEQ_LEN  # tokens per Gaussian input (LMs)
     pooling: str | None = None  # LMs: mean, cls, last, first_last_avg (none: last for decoders, mean for encoders)
     layer: int = -1  # LMs: hidden layer to pool (-1: the last, as the real-task probes)
@@ -90,7 +90,7 @@ def build_parser():
 
 def load_representation(args, run: cli.Run, input_scale: float | None = None,
                         scorers: dict | None = None) -> synbench.Representation:
-    """--model's representation (synbench_models.load_representation), its models loaded as the
+    """--model's representation (synbench.load_representation), its models loaded as the
     shared flags describe them and recorded in ``run`` (``input_scale``: instead of --input_scale;
     ``scorers``: language models loaded before, by name, reused and added to)."""
     scorers = {} if scorers is None else scorers
@@ -100,7 +100,7 @@ def load_representation(args, run: cli.Run, input_scale: float | None = None,
             scorers[name] = run.loaded(name, load_scorer(args, name))
         return scorers[name]
 
-    rep = synbench_models.load_representation(
+    rep = synbench.load_representation(
         args.model, load_scorer=scorer,
         load_checkpoint=lambda name: cli.load_checkpoint(args, name, tokenizer=False), dtype=cli.dtype(args),
         seed=args.seed, batch_size=args.batch_size, input_shape=args.input_shape, channel_axis=args.channel_axis,

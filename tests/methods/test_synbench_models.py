@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from lmprobe.errors import LmprobeError
-from lmprobe.methods import synbench_models
-from lmprobe.methods.synbench_models import FUNCTION, IDENTITY, LANGUAGE_MODEL, RANDOM_PROJECTION, VIT
+from lmprobe.methods.synbench import representations as synbench_models
+from lmprobe.methods.synbench.representations import FUNCTION, IDENTITY, LANGUAGE_MODEL, RANDOM_PROJECTION, VIT
 from tests.engine.conftest import tiny_llama_dir  # noqa: F401  (fixture)
 from tests.methods.test_synbench import LayerNormEncoder
 
