@@ -105,7 +105,8 @@ class Gemma3Attention(nnx.Module):
         q = apply_rope(self.q_norm(self.q_proj(x)), positions, inv_freq)
         k = apply_rope(self.k_norm(self.k_proj(x)), positions, inv_freq)
         k, v, cache = update_cache(cache, k, self.v_proj(x), cache_index)
-        return self.o_proj(layer_attention(q, k, v, mask, scale=self.scale, windows=self.windows, kind=kind)), cache
+        return self.o_proj(layer_attention(q, k, v, mask, scale=self.scale, windows=self.windows, kind=kind,
+                                           heads_first=cache is not None)), cache
 
 
 class Gemma3Block(nnx.Module):

@@ -81,12 +81,14 @@ class GPT2Config(SlidingWindows):
         return (None,) * self.num_hidden_layers
 
 
-def attend(cfg: GPT2Config, q, k, v, mask, layer):
-    """One layer's attention; ``layer`` = (window index, score factor), the layer's scanned inputs."""
+def attend(cfg: GPT2Config, q, k, v, mask, layer, heads_first: bool):
+    """One layer's attention; ``layer`` = (window index, score factor), the layer's scanned inputs;
+    ``heads_first``: k, v from a KV cache (``update_cache``)."""
     kind, factor = layer
     if cfg.scale_attn_by_inverse_layer_idx:
         q = q * factor.astype(q.dtype)
-    return layer_attention(q, k, v, mask, scale=cfg.attention_scale, windows=cfg.window_kinds(), kind=kind)
+    return layer_attention(q, k, v, mask, scale=cfg.attention_scale, windows=cfg.window_kinds(), kind=kind,
+                           heads_first=heads_first)
 
 
 class GPT2Attention(nnx.Module):
@@ -101,7 +103,7 @@ class GPT2Attention(nnx.Module):
 
     def __call__(self, x, *, mask, layer, cache, cache_index):
         k, v, cache = update_cache(cache, self.k_proj(x), self.v_proj(x), cache_index)
-        return self.c_proj(attend(self.config, self.q_proj(x), k, v, mask, layer)), cache
+        return self.c_proj(attend(self.config, self.q_proj(x), k, v, mask, layer, cache is not None)), cache
 
 
 class GPT2MLP(nnx.Module):

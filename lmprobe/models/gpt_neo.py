@@ -63,7 +63,7 @@ class GPTNeoSelfAttention(nnx.Module):
     def __call__(self, x, *, mask, layer, cache, cache_index):
         # Unscaled scores (attention_scale is 1), accumulated in fp32 as HF's upcast q.k does.
         k, v, cache = update_cache(cache, self.k_proj(x), self.v_proj(x), cache_index)
-        return self.out_proj(attend(self.config, self.q_proj(x), k, v, mask, layer)), cache
+        return self.out_proj(attend(self.config, self.q_proj(x), k, v, mask, layer, cache is not None)), cache
 
 
 class GPTNeo(GPT2):

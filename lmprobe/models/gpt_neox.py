@@ -84,7 +84,7 @@ class GPTNeoXAttention(nnx.Module):
         q = apply_rope(self.q_proj(x), positions, self.inv_freq)
         k = apply_rope(self.k_proj(x), positions, self.inv_freq)
         k, v, cache = update_cache(cache, k, self.v_proj(x), cache_index)
-        return self.dense(attention(q, k, v, mask, scale=self.scale)), cache
+        return self.dense(attention(q, k, v, mask, scale=self.scale, heads_first=cache is not None)), cache
 
 
 class GPTNeoXMLP(nnx.Module):

@@ -77,7 +77,7 @@ class GPTJAttention(nnx.Module):
         q = apply_rope(self.q_proj(x), positions, self.inv_freq, interleaved=True)
         k = apply_rope(self.k_proj(x), positions, self.inv_freq, interleaved=True)
         k, v, cache = update_cache(cache, k, self.v_proj(x), cache_index)
-        return self.out_proj(attention(q, k, v, mask, scale=self.scale)), cache
+        return self.out_proj(attention(q, k, v, mask, scale=self.scale, heads_first=cache is not None)), cache
 
 
 class GPTJMLP(nnx.Module):

@@ -213,7 +213,9 @@ def apply_rope(x: Array, positions: Array, inv_freq: tuple[float, ...], *, inter
 
 
 class LayerCache(NamedTuple):
-    """One layer's keys and values [B, S_max, kv_heads, head_dim]; stacked over layers it is the KV cache."""
+    """One layer's keys and values [B, kv_heads, S_max, head_dim], heads first: the layout the
+    decoding attention reads (``attention(..., heads_first=True)``), so that no step transposes the
+    cache; stacked over layers [L, B, kv_heads, S_max, head_dim] it is the KV cache."""
 
     k: Array
     v: Array
@@ -221,7 +223,7 @@ class LayerCache(NamedTuple):
 
 def init_cache(num_layers, batch, max_len, kv_heads, head_dim, dtype=jnp.float32) -> LayerCache:
     """An empty KV cache for ``num_layers`` layers (leading axis), filled by decoding."""
-    shape = (num_layers, batch, max_len, kv_heads, head_dim)
+    shape = (num_layers, batch, kv_heads, max_len, head_dim)
     return LayerCache(jnp.zeros(shape, dtype), jnp.zeros(shape, dtype))
 
 
@@ -278,9 +280,8 @@ def _visible(mask: Mask, t: int, s: int, window: int | None, q_start=0, k_start=
     return allowed
 
 
-# Causal rows of at least BLOCKED_FROM tokens on the 'xla' path attend in BLOCK x BLOCK tiles (_blocked_causal).
-# On a busy 2-core CPU (fp32, 9 heads of 64, 3 kv heads, batch 4) tiles of 128 were 1.7x faster than the full
-# [T, T] scores at T = 256, 3x at 512, 4x at 1536, 5-8x at 4096 (where the full scores take 7 GB); no faster at 192.
+# Causal rows of at least BLOCKED_FROM tokens on the CPU's 'xla' path attend in BLOCK x BLOCK tiles
+# (_blocked_causal): faster than the full [T, T] scores from 256 tokens on (figures: commit 6c1cdb6's message).
 BLOCKED_FROM = 256
 BLOCK = 128
 _MASKED = -0.7 * float(np.finfo(np.float32).max)  # the score of a hidden key, as jax.nn.dot_product_attention's
@@ -340,11 +341,29 @@ def _blocked_causal(q: Array, k: Array, v: Array, mask: Mask, scale: float, wind
     return out.transpose(1, 0, 4, 2, 3, 5).reshape(b, tiles * block, n, d)[:, :t].astype(q.dtype)
 
 
+def _attention_heads_first(q: Array, k: Array, v: Array, allowed: Array, scale: float, bias) -> Array:
+    """jax.nn.dot_product_attention's 'xla' numerics for keys and values heads first [B, K, S, D]
+    (a KV cache): both contractions take the cache as it is stored, with no transpose of it.
+    ``allowed`` [B or 1, T, S] bool; ``bias`` [B or 1, N or 1, T, S] fp32 or None."""
+    b, t, n, d = q.shape
+    heads = k.shape[1]
+    precision = jax.lax.DotAlgorithmPreset.BF16_BF16_F32 if q.dtype == jnp.bfloat16 else None
+    scores = jnp.einsum("btkgd,bksd->bkgts", q.reshape(b, t, heads, n // heads, d), k, precision=precision,
+                        preferred_element_type=jnp.float32) * jnp.float32(scale)
+    if bias is not None:
+        grouped = (heads, n // heads) if bias.shape[1] == n else (1, 1)
+        scores = scores + bias.reshape(bias.shape[0], *grouped, *bias.shape[2:]).astype(jnp.float32)
+    scores = jnp.where(allowed[:, None, None], scores, jnp.float32(_MASKED))
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    return jnp.einsum("bkgts,bksd->btkgd", probs, v).reshape(b, t, n, d).astype(q.dtype)
+
+
 def attention(q: Array, k: Array, v: Array, mask: Mask, *, scale: float, window: int | None = None,
-              bias: Array | None = None) -> Array:
+              bias: Array | None = None, heads_first: bool = False) -> Array:
     """softmax(scale * q.k) v over the keys ``mask`` lets each query see (jax.nn.dot_product_attention).
 
-    q [B, T, N, D]; k, v [B, S, K, D], N a multiple of K (grouped-query heads, natively); returns
+    q [B, T, N, D]; k, v [B, S, K, D], or [B, K, S, D] when ``heads_first`` (a KV cache's layout,
+    ``update_cache``'s keys), N a multiple of K (grouped-query heads, natively); returns
     [B, T, N, D]. ``window``: a causal sliding window, a query sees keys fewer than ``window`` slots
     back (positions back, for a [B, T, S] mask). Scores and softmax are fp32; fully masked rows
     (padding) average over their keys, finite. Padding and causality go in as a [B, 1, 1, S]
@@ -356,8 +375,10 @@ def attention(q: Array, k: Array, v: Array, mask: Mask, *, scale: float, window:
     ``BLOCKED_FROM`` tokens that would take the 'xla' path without a bias (same slots, ``keys``
     [B, S] or None) go by tiles instead, without [T, S] scores: the same result to fp32 rounding.
     """
-    t, s = q.shape[1], k.shape[1]
     k, v = k.astype(q.dtype), v.astype(q.dtype)
+    if heads_first:
+        return _attention_heads_first(q, k, v, _visible(mask, q.shape[1], k.shape[2], window), scale, bias)
+    t, s = q.shape[1], k.shape[1]
     impl = "xla" if bias is not None else attention_implementation(q.dtype, q.shape[-1], t)
     same_slots = isinstance(mask.offset, int) and mask.offset == 0 and t == s
     slot_keys = mask.keys is None or mask.keys.ndim == 2
@@ -373,36 +394,39 @@ def attention(q: Array, k: Array, v: Array, mask: Mask, *, scale: float, window:
     return jax.nn.dot_product_attention(q, k, v, bias, mask=allowed, scale=scale, implementation=impl, **kw)
 
 
-def layer_attention(q, k, v, mask: Mask, *, scale: float, windows: tuple, kind) -> Array:
+def layer_attention(q, k, v, mask: Mask, *, scale: float, windows: tuple, kind, heads_first: bool = False) -> Array:
     """``attention`` with the sliding window ``windows[kind]``, ``kind`` traced (a scanned layer's
     input): one lax.switch branch per distinct window, only the layer's own runs."""
-    branches = [functools.partial(attention, mask=mask, scale=scale, window=w) for w in windows]
+    branches = [functools.partial(attention, mask=mask, scale=scale, window=w, heads_first=heads_first)
+                for w in windows]
     return branches[0](q, k, v) if len(branches) == 1 else jax.lax.switch(kind, branches, q, k, v)
 
 
 def update_cache(cache: LayerCache | None, k: Array, v: Array, index) -> tuple[Array, Array, LayerCache | None]:
-    """Keys and values to attend to (this layer's ``cache`` with this step's k, v written at slot
-    ``index``) and the entries written, k and v [B, T, K, D], for ``write_cache`` to store.
+    """Keys and values to attend to and the entries written, for ``write_cache`` to store.
+
+    Without a ``cache``: k and v [B, T, K, D] as given, and None. With one: this layer's cache with
+    this step's k, v written at slot ``index``, heads first [B, K, S, D] (attend with
+    ``heads_first=True``), and the entries written [B, K, T, D] (only the T new tokens transposed).
 
     A scanned layer returns only what it wrote: returning its whole updated cache would copy the
-    cache once per step (read and write) and hold it twice; on a 2-core CPU a [16, 1] decoding step
-    over 1,024 slots spent 200 of its 460 ms in that copy (layers' cache and attention only).
+    cache once per step (read and write) and hold it twice.
     """
     if cache is None:
         return k, v, None
-    written = LayerCache(k.astype(cache.k.dtype), v.astype(cache.v.dtype))
-    start = (0, index, 0, 0)
+    written = LayerCache(k.astype(cache.k.dtype).transpose(0, 2, 1, 3), v.astype(cache.v.dtype).transpose(0, 2, 1, 3))
+    start = (0, 0, index, 0)
     return (jax.lax.dynamic_update_slice(cache.k, written.k, start),
             jax.lax.dynamic_update_slice(cache.v, written.v, start), written)
 
 
 def write_cache(cache: LayerCache | None, written: LayerCache | None, index) -> LayerCache | None:
-    """The stacked cache [L, B, S, K, D] with every layer's ``written`` entries [L, B, T, K, D]
+    """The stacked cache [L, B, K, S, D] with every layer's ``written`` entries [L, B, K, T, D]
     (``update_cache``'s, stacked by the layer scan) stored at slot ``index``: in place, when the
     cache is not used afterwards (a decoding loop's carry)."""
     if cache is None:
         return None
-    start = (0, 0, index, 0, 0)
+    start = (0, 0, 0, index, 0)
     return LayerCache(jax.lax.dynamic_update_slice(cache.k, written.k, start),
                       jax.lax.dynamic_update_slice(cache.v, written.v, start))
 

@@ -105,7 +105,8 @@ class LlamaAttention(nnx.Module):
         q = apply_rope(self.q_proj(x), positions, self.inv_freq)
         k = apply_rope(self.k_proj(x), positions, self.inv_freq)
         k, v, cache = update_cache(cache, k, self.v_proj(x), cache_index)
-        a = layer_attention(q, k, v, mask, scale=self.scale, windows=self.windows, kind=layer)
+        a = layer_attention(q, k, v, mask, scale=self.scale, windows=self.windows, kind=layer,
+                            heads_first=cache is not None)
         return self.o_proj(a), cache
 
 

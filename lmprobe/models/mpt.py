@@ -120,8 +120,9 @@ class MPTAttention(nnx.Module):
         if self.clip:
             q, k, v = (jnp.clip(y, -self.clip, self.clip) for y in (q, k, v))
         k, v, cache = update_cache(cache, k, v, cache_index)
-        bias = alibi_bias(self.slopes, mask, q.shape[1], k.shape[1])
-        return self.out_proj(attention(q, k, v, mask, scale=self.scale, bias=bias)), cache
+        cached = cache is not None  # keys heads first [B, K, S, D]
+        bias = alibi_bias(self.slopes, mask, q.shape[1], k.shape[2 if cached else 1])
+        return self.out_proj(attention(q, k, v, mask, scale=self.scale, bias=bias, heads_first=cached)), cache
 
 
 class MPTMLP(nnx.Module):

@@ -93,7 +93,7 @@ class OPTAttention(nnx.Module):
     def __call__(self, x, *, mask, positions, cache, cache_index):
         q = self.q_proj(x) * self.scale  # scaled before q.k, as HF does
         k, v, cache = update_cache(cache, self.k_proj(x), self.v_proj(x), cache_index)
-        return self.out_proj(attention(q, k, v, mask, scale=1.0)), cache
+        return self.out_proj(attention(q, k, v, mask, scale=1.0, heads_first=cache is not None)), cache
 
 
 class OPTDecoderLayer(nnx.Module):

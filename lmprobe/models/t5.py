@@ -129,8 +129,8 @@ class T5Attention(nnx.Module):
         self.v = Linear(d, (h, hd), axes=(EMBED, KV_HEADS, HEAD_DIM), **kw)
         self.o = Linear((h, hd), d, axes=(HEADS, HEAD_DIM, EMBED), **kw)
 
-    def __call__(self, x, k, v, mask: Mask, bias=None):
-        return self.o(attention(self.q(x), k, v, mask, scale=1.0, bias=bias))
+    def __call__(self, x, k, v, mask: Mask, bias=None, heads_first=False):
+        return self.o(attention(self.q(x), k, v, mask, scale=1.0, bias=bias, heads_first=heads_first))
 
 
 class T5LayerSelfAttention(nnx.Module):
@@ -143,7 +143,7 @@ class T5LayerSelfAttention(nnx.Module):
         h = self.layer_norm(x)
         attn = self.SelfAttention
         k, v, cache = update_cache(cache, attn.k(h), attn.v(h), cache_index)
-        return x + attn(h, k, v, mask, bias), cache
+        return x + attn(h, k, v, mask, bias, heads_first=cache is not None), cache
 
 
 class T5LayerCrossAttention(nnx.Module):
@@ -153,10 +153,12 @@ class T5LayerCrossAttention(nnx.Module):
         self.layer_norm = RMSNorm(cfg.hidden_size, eps=cfg.layer_norm_epsilon, **kw)
 
     def keys_values(self, encoder_hidden) -> LayerCache:
-        return LayerCache(self.EncDecAttention.k(encoder_hidden), self.EncDecAttention.v(encoder_hidden))
+        """The encoder output's keys and values, heads first [B, N, S_enc, D] as a cache holds them."""
+        attn = self.EncDecAttention
+        return LayerCache(attn.k(encoder_hidden).transpose(0, 2, 1, 3), attn.v(encoder_hidden).transpose(0, 2, 1, 3))
 
     def __call__(self, x, *, cross: LayerCache, encoder_mask: Mask):
-        return x + self.EncDecAttention(self.layer_norm(x), cross.k, cross.v, encoder_mask)
+        return x + self.EncDecAttention(self.layer_norm(x), cross.k, cross.v, encoder_mask, heads_first=True)
 
 
 class T5DenseActDense(nnx.Module):
@@ -242,8 +244,9 @@ class T5Stack(nnx.Module):
 
 
 class T5Cache(NamedTuple):
-    """The decoder's state while decoding: self-attention keys/values [L, B, S, N, D] written step by
-    step, and the encoder output's cross-attention keys/values [L, B, S_enc, N, D], fixed."""
+    """The decoder's state while decoding: self-attention keys/values [L, B, N, S, D] written step by
+    step, and the encoder output's cross-attention keys/values [L, B, N, S_enc, D], fixed (heads
+    first, as the decoding attention reads them)."""
 
     self: LayerCache
     cross: LayerCache
@@ -314,7 +317,7 @@ class T5(nnx.Module):
         decoder = self._decoder()
         h = self.embed(input_ids)
         t = h.shape[1]
-        s = t if cache is None else cache.self.k.shape[2]
+        s = t if cache is None else cache.self.k.shape[3]
         mask = Mask(attention_mask, causal=True, offset=cache_index)
         last, hidden, self_cache = decoder(
             h, mask=mask, bias=decoder.position_bias(t, s, cache_index),
