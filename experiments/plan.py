@@ -5,6 +5,13 @@ memory per device, and the largest batch per length bucket that fits, from confi
     python -m experiments.plan --model=opt-13b --dtype=bfloat16 --devices=1 --hbm=80GB
     python -m experiments.plan --model=llama-2-7b --devices=8 --sharding=tp --model_parallel=8 --hbm=16GiB
     lmprobe plan --model=pythia-12b --devices=4 --hbm=24GiB --buckets=512,2048 --json=plan.json
+    lmprobe plan --model=opt-13b --target=v5e-8 --max_length=2048        # compile before you rent
+
+--target=NAME compiles for a TPU slice by its Cloud TPU / MaxText name (v4-8, v5e-8, v5e-256, v5p-8,
+v6e-8, ...; --num_slices joins slices) with libtpu's compiler on this host, no TPU needed (pip install
+'lmprobe[tpu]'): the TPU compiler's memory verdict per bucket (RESOURCE_EXHAUSTED: does not fit), the
+chip's HBM unless --hbm, and each step's compiled FLOPs against useful FLOPs and its estimated time
+(the TPU cost model's estimate, not a measurement).
 
 --devices=N plans for N devices: the machine's own when it has N, else N simulated CPU devices
 (this script sets --xla_force_host_platform_device_count=N before jax starts). --hbm is the
@@ -76,9 +83,12 @@ def build_parser():
         max_tokens: int | None = None
         buckets: tuple[int, ...] = (128, 512, 2048)  # bucket lengths to search for the largest batch (and --max_length)
         json: str | None = None  # also write the plan as JSON to this file
+        target: str | None = None  # compile for this TPU slice (v4-8, v5e-8, v5e-256, v5p-8, v6e-8, ...); no TPU needed
+        num_slices: int = 1  # slices of --target joined over the data-center network
 
     p = cli.parser(__doc__, "plan")
-    cli.front_end(p, FrontEnd, convert={"max_tokens": flags.bounded(1), "buckets": flags.bounded(1)})
+    cli.front_end(p, FrontEnd, convert={"max_tokens": flags.bounded(1), "buckets": flags.bounded(1),
+                                        "num_slices": flags.bounded(1)})
     return p
 
 
@@ -91,21 +101,34 @@ def main(argv=None):
 
 def _main(argv=None):
     import json
+    import time
 
     from lmprobe import log
     from lmprobe.engine.mesh import make_mesh
     from lmprobe.engine.plan import check_fits, device_hbm, parse_bytes, plan, plan_devices, plan_dtype
+    from lmprobe.engine.targets import target, target_devices
+    from lmprobe.errors import LmprobeError
 
     args = build_parser().parse_args(argv)
     log.setup(args.verbosity)
-    devices, simulated = plan_devices(args.devices)
+    slice_ = None if args.target is None else target(args.target, args.num_slices)
+    if slice_ is not None and args.devices is not None:
+        raise LmprobeError(f"--devices={args.devices} with --target={args.target}: the target sets the devices, "
+                           "drop one of them")
+    devices, simulated = (target_devices(slice_), False) if slice_ is not None else plan_devices(args.devices)
     mesh = make_mesh(args.model_parallel, devices)
-    hbm = parse_bytes(args.hbm) if args.hbm is not None else device_hbm(devices)
+    hbm = parse_bytes(args.hbm) if args.hbm is not None else (
+        slice_.chip.hbm_bytes if slice_ is not None else device_hbm(devices))
     model = args.model
     kwargs = dict(dtype=plan_dtype(args.dtype, devices[0].platform, simulated), mesh=mesh, strategy=args.sharding,
                   batch_size=args.batch_size, max_length=args.max_length, max_tokens=args.max_tokens,
-                  hbm_bytes=hbm, offline=True if args.offline else None, revision=args.revision)
+                  hbm_bytes=hbm, offline=True if args.offline else None, revision=args.revision, target=slice_)
+    started = time.perf_counter()
     result = plan(model, buckets=list(args.buckets), **kwargs)
+    if slice_ is not None:
+        result.notes.append(f"compiled by the TPU compiler (libtpu) for {slice_.label}: {slice_.devices} chips on "
+                            f"{slice_.hosts} host{'s' * (slice_.hosts > 1)}; planned in "
+                            f"{time.perf_counter() - started:.0f} s")
     if simulated:
         n = len(devices)
         result.notes.append(f"{n} device{'s' * (n > 1)} simulated on CPU (--devices={n})")

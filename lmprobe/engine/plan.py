@@ -37,9 +37,12 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from lmprobe.checkpoints.model_config import hf_config
 from lmprobe.engine import steps
 from lmprobe.engine.batching import LENGTH_BUCKETS, batch_size_for
+from lmprobe.engine.hlo_cost import program_cost
 from lmprobe.engine.mesh import DATA, MODEL, RULES, batch_sharding, make_mesh, spec_for, tracing_on
+from lmprobe.engine.targets import Target, target_devices
 from lmprobe.errors import LmprobeError
 from lmprobe.models import family_for
+from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, LAYERS, POSITIONS, VOCAB
 
 REPRESENTATIVE_BUCKETS = (128, 512, 2048)  # plus the largest (max_length)
 SEARCH_CAP = 4096  # rows per data shard: the search never proposes more
@@ -121,8 +124,39 @@ def plan_dtype(name: str, platform: str, simulated: bool):
 
 
 @dataclasses.dataclass(frozen=True)
+class StepCost:
+    """What one compiled step costs by the TPU compiler's program (``hlo_cost``: every loop body times
+    its trip count), per device unless named otherwise; times are estimates of the cost model, never
+    measurements."""
+
+    flops: float  # compiled matrix-product FLOPs, all devices
+    useful_flops: float  # by hand: 2 x matmul parameters x tokens + causal attention, all devices
+    bytes_accessed: float  # per device
+    collective_bytes: float  # per device, moved by all-gathers, reductions
+    seconds: float  # roofline estimate of the compiled program at the chip's peak FLOPs and bandwidth
+    compiler_seconds: float | None  # cost_analysis()'s own estimate (loop bodies counted once)
+    tokens: int  # per step, all devices
+    peak_flops: float  # per device
+    kernel_flops: float = 0.0  # useful FLOPs inside Pallas kernels (attention), which the count cannot see
+
+    @property
+    def overhead(self) -> float:
+        """Compiled FLOPs / useful FLOPs, both outside Pallas kernels."""
+        useful = self.useful_flops - self.kernel_flops
+        return self.flops / useful if useful else math.nan
+
+    @property
+    def mfu(self) -> float:
+        """Useful FLOPs / (estimated seconds x peak FLOPs of all devices): the cost model's MFU."""
+        return self.useful_flops / (self.seconds * self.peak_flops * self.devices) if self.seconds else math.nan
+
+    devices: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
 class StepMemory:
-    """XLA's memory analysis of one compiled step, per device."""
+    """XLA's memory analysis of one compiled step, per device (``exhausted``: the compiler said it
+    does not fit, RESOURCE_EXHAUSTED, with the bytes its message names, when it names them)."""
 
     rows: int  # per data shard
     global_rows: int
@@ -133,6 +167,8 @@ class StepMemory:
     alias_bytes: int
     code_bytes: int
     compile_seconds: float
+    exhausted: bool = False
+    cost: StepCost | None = None
 
     @property
     def peak_bytes(self) -> int:
@@ -176,6 +212,7 @@ class Plan:
     step_memory: StepMemory | None  # at (rows at max_length, max_length); None when not compiled
     buckets: list[BucketFit] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
+    target: str | None = None  # the TPU slice compiled for (lmprobe.engine.targets), if any
 
     @property
     def params_fit(self) -> bool | None:
@@ -188,7 +225,8 @@ class Plan:
             return None
         if not self.params_fit:
             return False
-        return None if self.step_memory is None else self.step_memory.peak_bytes <= self.hbm_bytes
+        s = self.step_memory
+        return None if s is None else not s.exhausted and s.peak_bytes <= self.hbm_bytes
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -218,9 +256,12 @@ class Plan:
                 f"    arguments {g(s.argument_bytes)} (parameters {g(self.param_bytes_per_device)}), "
                 f"outputs {g(s.output_bytes)}, temporaries (activations) {g(s.temp_bytes)}",
                 f"    peak {g(s.peak_bytes)}"
-                + ("" if self.hbm_bytes is None else ("  [fits]" if s.peak_bytes <= self.hbm_bytes
+                + ("" if self.hbm_bytes is None else ("  [fits]" if s.peak_bytes <= self.hbm_bytes and not s.exhausted
                                                        else "  [DOES NOT FIT]")),
             ]
+            if s.exhausted:
+                lines[-2:] = [f"    the TPU compiler ran out of memory: temporaries {g(s.temp_bytes)}  [DOES NOT FIT]"]
+            lines += _cost_lines(s.cost)
         if self.buckets:
             lines.append(f"  largest batch that fits {g(self.hbm_bytes)} (rows per device / global):")
             lines.append(f"    {'bucket':>7} {'rows/dev':>9} {'global':>8} {'peak/dev':>12} {'compiles':>9}")
@@ -229,6 +270,21 @@ class Plan:
                 lines.append(f"    {b.length:>7} {rows:>9} {b.global_rows:>8} {g(b.peak_bytes):>12} {b.compiles:>9}")
         lines += [f"  note: {n}" for n in self.notes]
         return "\n".join(lines)
+
+
+def _cost_lines(c: StepCost | None) -> list[str]:
+    if c is None:
+        return []
+    est = "" if c.compiler_seconds is None else (f"; the compiler's own {c.compiler_seconds * 1e3:.3g} ms counts "
+                                                 "loops once")
+    if not 0.5 < c.overhead < 2:
+        return [f"    compiled FLOPs {c.flops:.4g} against {c.useful_flops:.4g} useful by hand: {c.overhead:.2f}x, "
+                "so the count of this program is not trusted and no time is estimated"]
+    return [f"    compiled FLOPs {c.flops:.4g} = {c.overhead:.3f} x useful ({c.useful_flops:.4g}: 2 x params x tokens "
+            f"+ attention); per device {format_bytes(c.bytes_accessed)} accessed, "
+            f"{format_bytes(c.collective_bytes)} by collectives",
+            f"    ESTIMATE (TPU cost model, not measured): {c.seconds * 1e3:.4g} ms a step, "
+            f"{c.tokens / c.seconds:,.0f} tokens/s, MFU {c.mfu:.0%}{est}"]
 
 
 # ------------------------------------------------------------------------------- the planner
@@ -259,7 +315,8 @@ def _devices_split(spec: PartitionSpec, mesh: Mesh) -> int:
 class _Planner:
     """One model built abstractly; parameter bytes and compiled steps for any mesh and rules."""
 
-    def __init__(self, hf: dict, dtype, where: str):
+    def __init__(self, hf: dict, dtype, where: str, target: Target | None = None):
+        self.target = target
         self.family = family_for(hf, where=where)
         self.cfg = self.family.config_from_hf(hf)
         self.dtype = jnp.dtype(dtype)
@@ -331,14 +388,56 @@ class _Planner:
         batch = jax.ShapeDtypeStruct((global_rows, length), jnp.int32, sharding=batch_sharding(mesh))
         start = time.perf_counter()
         lowered = jax.jit(traced, out_shardings=batch_sharding(mesh, 1)).lower(self.state, batch, batch)
-        compiled = lowered.compile(compiler_options=self.compiler_options(mesh))
+        try:
+            compiled = lowered.compile(compiler_options=self.compiler_options(mesh))
+        except jax.errors.JaxRuntimeError as e:
+            if "RESOURCE_EXHAUSTED" not in str(e):
+                raise
+            needed = _exhausted_bytes(str(e))  # the compiler's own verdict: does not fit
+            return StepMemory(rows, global_rows, length, 0, 0, needed, 0, 0, time.perf_counter() - start,
+                              exhausted=True)
         seconds = time.perf_counter() - start
         m = compiled.memory_analysis()
         if m is None:
             return None
+        cost = None
+        if self.target is not None:
+            cost = self.cost(compiled, global_rows, length, mesh.devices.size)
         return StepMemory(rows, global_rows, length, int(m.argument_size_in_bytes), int(m.output_size_in_bytes),
                           int(m.temp_size_in_bytes), int(m.alias_size_in_bytes),
-                          int(getattr(m, "generated_code_size_in_bytes", 0) or 0), seconds)
+                          int(getattr(m, "generated_code_size_in_bytes", 0) or 0), seconds, cost=cost)
+
+    def useful_flops(self, rows: int, length: int, attention: bool = True) -> float:
+        """By hand: 2 x (matmul parameters + the LM head, vocab x embed) x tokens + causal attention
+        (scores and values: 2 x layers x heads x head_dim x T (T + 1) a row)."""
+        attention_on, matmul, head, attention = attention, 0, 0, 0
+        for p in self.params:
+            axes = p.axes or ()
+            if not p.is_param or POSITIONS in axes or EMBED not in axes:
+                continue
+            if VOCAB in axes:
+                head = max(head, math.prod(p.shape))
+                continue
+            if len([a for a in axes if a != LAYERS]) >= 2:
+                matmul += math.prod(p.shape)
+                if not attention and HEADS in axes and HEAD_DIM in axes and LAYERS in axes:
+                    attention = math.prod(p.shape[axes.index(a)] for a in (LAYERS, HEADS, HEAD_DIM))
+        if not self.decoder:
+            head = 0
+        attention *= attention_on
+        return rows * (2.0 * (matmul + head) * length + 2.0 * attention * length * (length + 1))
+
+    def cost(self, compiled, rows: int, length: int, devices: int) -> StepCost:
+        """The step's cost; with Pallas kernels in the program (attention), their FLOPs are the hand
+        count's attention, timed at the chip's peak."""
+        chip = self.target.chip
+        program = program_cost(compiled.as_text(), peak_flops=chip.peak_flops, hbm_bandwidth=chip.hbm_bandwidth)
+        raw = (compiled.cost_analysis() or {}).get("optimal_seconds")
+        useful = self.useful_flops(rows, length)
+        kernel = useful - self.useful_flops(rows, length, attention=False) if program.custom_calls else 0.0
+        seconds = program.seconds + kernel / devices / chip.peak_flops
+        return StepCost(program.flops * devices, useful, program.bytes_accessed, program.collective_bytes, seconds,
+                        raw, rows * length, chip.peak_flops, kernel_flops=kernel, devices=devices)
 
     def largest_rows(self, mesh, strategy, length, limit, *, probe: int, cap: int) -> BucketFit:
         """The most rows per data shard (<= cap) whose step peaks within ``limit`` bytes.
@@ -354,7 +453,8 @@ class _Planner:
             nonlocal compiles
             if r not in known:
                 before = len(self._steps)
-                known[r] = self.step(mesh, strategy, r, length).peak_bytes
+                step = self.step(mesh, strategy, r, length)
+                known[r] = max(step.peak_bytes, limit + 1) if step.exhausted else step.peak_bytes
                 compiles += len(self._steps) > before
             return known[r]
 
@@ -390,6 +490,12 @@ class _Planner:
         return result(lo, capped=hi is None and lo >= cap)
 
 
+def _exhausted_bytes(message: str) -> int:
+    """The bytes a RESOURCE_EXHAUSTED compile asked for (its message's 'temporaries (32.02G)'), else 2**62."""
+    m = re.search(r"temporaries \(([0-9.]+)([KMGT]?)\)", message) or re.search(r"Used ([0-9.]+)([KMGT]?) of", message)
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower() or "b"]) if m else 2**62
+
+
 def _buckets_for(max_length: int, buckets: Sequence[int] | None) -> list[int]:
     chosen = REPRESENTATIVE_BUCKETS if buckets is None else buckets
     return sorted({min(int(b), max_length) for b in chosen} | {max_length})
@@ -398,12 +504,17 @@ def _buckets_for(max_length: int, buckets: Sequence[int] | None) -> list[int]:
 # ------------------------------------------------------------------------------- entry points
 
 
-def _setup(config_or_name, dtype, mesh, strategy, max_length, offline, revision=None):
+def target_mesh(t: Target, model_parallel: int = 1) -> Mesh:
+    """The (data, model) mesh over the devices of TPU target ``t`` (compile only)."""
+    return make_mesh(model_parallel, target_devices(t))
+
+
+def _setup(config_or_name, dtype, mesh, strategy, max_length, offline, revision=None, target=None):
     if strategy not in RULES:
         raise LmprobeError(f"--sharding={strategy} is not one of {', '.join(RULES)}")
     hf, source = hf_config(config_or_name, offline=offline, revision=revision)
-    planner = _Planner(hf, dtype, source)
-    mesh = mesh if mesh is not None else make_mesh()
+    planner = _Planner(hf, dtype, source, target)
+    mesh = mesh if mesh is not None else target_mesh(target) if target is not None else make_mesh()
     context = planner.max_length
     name = os.fspath(config_or_name) if not isinstance(config_or_name, dict) else (
         config_or_name.get("_name_or_path") or config_or_name["model_type"])
@@ -426,16 +537,22 @@ def _base_plan(planner: _Planner, mesh: Mesh, name, source, strategy, batch_size
 def plan(config_or_name, *, dtype=jnp.float32, mesh: Mesh | None = None, strategy: str = "fsdp",
          batch_size: int = 16, max_length: int | None = None, max_tokens: int | None = None,
          buckets: Sequence[int] | None = None, hbm_bytes: int | None = None,
-         offline: bool | None = None, revision: str | None = None, search: bool = True) -> Plan:
+         offline: bool | None = None, revision: str | None = None, search: bool = True,
+         target: Target | None = None) -> Plan:
     """The memory plan of a model (name, path or config dict) on ``mesh``; reads no weights.
 
     batch_size (and max_tokens) are per data shard. With ``hbm_bytes`` and ``search``, the
     largest batch is found for each of ``buckets`` (default 128, 512, 2048, clipped to
-    max_length) and max_length itself.
+    max_length) and max_length itself. ``target`` (lmprobe.engine.targets): compiled by the TPU
+    compiler for that slice (mesh: ``target_mesh(target)`` unless given; hbm_bytes: the chip's unless
+    given), and each step's cost (``StepMemory.cost``) reported.
     """
+    if target is not None and hbm_bytes is None:
+        hbm_bytes = target.chip.hbm_bytes
     planner, mesh, max_length, name, source = _setup(config_or_name, dtype, mesh, strategy, max_length, offline,
-                                                     revision)
+                                                     revision, target)
     out = _base_plan(planner, mesh, name, source, strategy, batch_size, max_length, hbm_bytes)
+    out.target = None if target is None else target.label
     if not planner.takes_text:
         out.notes.append(f"{planner.family.name} takes no token ids: parameters only")
         return out
@@ -463,7 +580,7 @@ def plan(config_or_name, *, dtype=jnp.float32, mesh: Mesh | None = None, strateg
 def check_fits(config_or_name, *, dtype=jnp.float32, mesh: Mesh | None = None, strategy: str = "fsdp",
                batch_size: int = 16, max_length: int | None = None, max_tokens: int | None = None,
                hbm_bytes: int | None = None, offline: bool | None = None,
-               revision: str | None = None) -> Plan | None:
+               revision: str | None = None, target: Target | None = None) -> Plan | None:
     """Raise one LmprobeError naming the flag that fixes it when the model, at ``batch_size`` rows
     per data shard (capped at ``max_tokens`` tokens, as the Scorer does) up to ``max_length``
     tokens, does not fit ``hbm_bytes`` per device (default: the mesh devices' own limit).
@@ -471,12 +588,13 @@ def check_fits(config_or_name, *, dtype=jnp.float32, mesh: Mesh | None = None, s
     Reads no weights: call it before loading. Returns the plan (parameters, and the step at the
     largest bucket), or None, compiling nothing, when no memory limit is known (CPU).
     """
-    mesh = mesh if mesh is not None else make_mesh()
-    hbm = hbm_bytes if hbm_bytes is not None else device_hbm(mesh.devices.flat)
+    mesh = mesh if mesh is not None else target_mesh(target) if target is not None else make_mesh()
+    hbm = hbm_bytes if hbm_bytes is not None else target.chip.hbm_bytes if target is not None else device_hbm(
+        mesh.devices.flat)
     if hbm is None:
         return None
     planner, mesh, max_length, name, source = _setup(config_or_name, dtype, mesh, strategy, max_length, offline,
-                                                     revision)
+                                                     revision, target)
     out = _base_plan(planner, mesh, name, source, strategy, batch_size, max_length, hbm)
     g = format_bytes
     where = (f"{planner.dtype.name}, sharding {strategy} on {mesh.devices.size} device{'s' * (mesh.devices.size > 1)}, "
@@ -497,11 +615,13 @@ def check_fits(config_or_name, *, dtype=jnp.float32, mesh: Mesh | None = None, s
         step = planner.step(mesh, strategy, rows, length)
         if length == max_length:
             out.step_memory = step
-        if step is None or step.peak_bytes <= hbm:
+        if step is None or (step.peak_bytes <= hbm and not step.exhausted):
             continue
+        needs = (f"the TPU compiler ran out of memory (temporaries {g(step.temp_bytes)})" if step.exhausted
+                 else f"its {planner.step_name} step needs {g(step.peak_bytes)} per device")
         raise LmprobeError(
-            f"{name} does not fit at {rows} rows per device x {length} tokens: its {planner.step_name} "
-            f"step needs {g(step.peak_bytes)} per device (parameters {g(out.param_bytes_per_device)}, "
+            f"{name} does not fit at {rows} rows per device x {length} tokens: {needs} "
+            f"(parameters {g(out.param_bytes_per_device)}, "
             f"activations and other temporaries {g(step.temp_bytes)}; {where}) and a device has "
             f"{g(hbm)}: {_step_fixes(planner, mesh, strategy, hbm, rows, length)}")
     return out
@@ -556,7 +676,7 @@ def _step_fixes(planner: _Planner, mesh: Mesh, strategy: str, hbm: int, rows: in
         while lo <= hi:
             mid = (lo + hi) // 2
             step = planner.step(mesh, strategy, 1, shorter[mid])
-            if step is not None and step.peak_bytes <= hbm:
+            if step is not None and step.peak_bytes <= hbm and not step.exhausted:
                 best, lo = shorter[mid], mid + 1
             else:
                 hi = mid - 1
@@ -564,8 +684,9 @@ def _step_fixes(planner: _Planner, mesh: Mesh, strategy: str, hbm: int, rows: in
             fixes.append(f"pass --max_length={best} (one row per device fits at {best} tokens) and a "
                          "--batch_size that fits there (python -m experiments.plan finds it)")
         else:
-            fixes.append("not even one short row fits beside the parameters: shard them further "
-                         "(--model_parallel, --sharding=fsdp) or use more devices")
+            fixes.append("not even one short row fits beside the parameters: use more devices (a larger "
+                         "--target or --num_slices), shard the model further (--model_parallel, --sharding=fsdp), "
+                         "or a smaller --max_length")
     if planner.dtype.itemsize > 2:
         fixes.append("pass --dtype=bfloat16")
     return "; or ".join(fixes)

@@ -35,10 +35,10 @@ def shared_compiles(monkeypatch):
     """plan() and check_fits() of TINY in float32 share one planner, so one compile memo."""
     planners = {}
 
-    def planner(hf, dtype, where):
-        key = (json.dumps(hf, sort_keys=True), jnp.dtype(dtype).name)
+    def planner(hf, dtype, where, target=None):
+        key = (json.dumps(hf, sort_keys=True), jnp.dtype(dtype).name, target)
         if key not in planners:
-            planners[key] = _Fresh(hf, dtype, where)
+            planners[key] = _Fresh(hf, dtype, where, target)
         return planners[key]
 
     monkeypatch.setattr(P, "_Planner", planner)

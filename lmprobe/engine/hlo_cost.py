@@ -1,0 +1,262 @@
+"""The cost of a compiled program counted from its optimized HLO, every loop body times its trip count.
+
+XLA's ``cost_analysis()`` counts the body of a while loop once (a layer scan of 40 layers: one layer's
+FLOPs), so it is no measure of a scanned model. ``program_cost(compiled.as_text())`` walks the
+program the compiler produced (per device, after partitioning and fusion): the FLOPs of its matrix
+products (dot, convolution), the bytes each top-level operation reads and writes (operands and
+result, as XLA's cost analysis counts a fusion), and the bytes its collectives move; each times the
+trip count of the loops around it (read from the loop condition's bound).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+
+_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4,
+          "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16, "s4": 0.5, "u4": 0.5}
+_ARRAY = re.compile(r"\b([a-z]+[0-9a-z]*)\[([0-9,]*)\]")
+_HEADER = re.compile(r"^(?:ENTRY\s+)?%(\S+)\s*\(.*\)\s*->\s*.*\{\s*$")
+_FREE = {"parameter", "get-tuple-element", "tuple", "bitcast", "constant", "while", "call", "conditional",
+         "after-all", "partition-id", "replica-id", "opt-barrier", "copy-done", "all-gather-done",
+         "all-reduce-done", "collective-permute-done", "send-done", "recv-done", "async-done", "add-dependency"}
+_COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute",
+                "ragged-all-to-all")
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgramCost:
+    """Per device: FLOPs of matrix products, bytes read and written by operations, bytes moved by
+    collectives (all over loop trip counts); ``unknown_loops``: loops whose trip count was not found
+    (counted once); ``custom_calls``: runs of Pallas kernels, whose FLOPs are not counted."""
+
+    flops: float
+    bytes_accessed: float
+    collective_bytes: float
+    seconds: float  # roofline: each operation at max(FLOPs / peak, bytes / bandwidth), summed
+    unknown_loops: int
+    custom_calls: int
+
+
+@dataclasses.dataclass
+class _Op:
+    name: str
+    opcode: str
+    out: list  # [(dtype, dims)]
+    operands: list
+    attrs: str
+    args: list = dataclasses.field(default_factory=list)  # operand names
+    sources: dict = dataclasses.field(default_factory=dict)  # operand name -> its arrays
+
+
+def _arrays(text: str) -> list:
+    return [(d, tuple(int(x) for x in dims.split(",") if x)) for d, dims in _ARRAY.findall(text)]
+
+
+def _nbytes(arrays) -> float:
+    return sum(_BYTES.get(d, 4) * math.prod(dims) for d, dims in arrays)
+
+
+def _split_type(rest: str) -> tuple[str, str]:
+    """('the result type', 'opcode(...)...') of an instruction's right-hand side."""
+    if rest.startswith("("):
+        depth = 0
+        for i, c in enumerate(rest):
+            depth += c == "("
+            depth -= c == ")"
+            if depth == 0:
+                return rest[: i + 1], rest[i + 1:].strip()
+    head, _, tail = rest.partition(" ")
+    return head, tail
+
+
+def _parse(text: str) -> tuple[dict, str | None]:
+    """{computation: [_Op]}, the entry's name; operands resolved to their arrays (names are unique
+    in a module; the text names operands without their shapes)."""
+    comps, entry, current, shapes, pending = {}, None, None, {}, []
+    for line in text.splitlines():
+        m = _HEADER.match(line)
+        if m:
+            current = comps.setdefault(m.group(1), [])
+            entry = m.group(1) if line.startswith("ENTRY") else entry
+            continue
+        if current is None or "=" not in line or not line.startswith("  "):
+            continue
+        lhs, _, rhs = line.strip().partition(" = ")
+        if not lhs.removeprefix("ROOT ").startswith("%"):
+            continue
+        typ, call = _split_type(rhs.strip())
+        opcode, _, rest = call.partition("(")
+        depth, end = 1, len(rest)
+        for i, c in enumerate(rest):
+            depth += (c == "(") - (c == ")")
+            if depth == 0:
+                end = i
+                break
+        args = re.findall(r"%([\w.\-]+)", rest[:end])
+        opcode = opcode.strip()
+        attrs = rest[:end].strip() if opcode == "parameter" else rest[end + 1:]  # a parameter's: its index
+        op = _Op(lhs.removeprefix("ROOT ").strip().lstrip("%"), opcode, _arrays(typ), args, attrs, args)
+        shapes[op.name] = op.out
+        current.append(op)
+        pending.append(op)
+    for op in pending:
+        op.sources = {name: shapes.get(name, []) for name in op.args}
+        op.operands = [a for name in op.args for a in shapes.get(name, [])]
+    return comps, entry
+
+
+def _matmul_flops(op: _Op) -> float:
+    if not op.out or len(op.operands) < 2:
+        return 0.0
+    out = math.prod(op.out[0][1])
+    lhs, rhs = op.operands[0][1], op.operands[1][1]
+    if op.opcode == "dot":
+        m = re.search(r"lhs_contracting_dims=\{([0-9,]*)\}", op.attrs)
+        k = math.prod(lhs[int(i)] for i in m.group(1).split(",") if i) if m else 1
+        return 2.0 * out * k
+    m = re.search(r"dim_labels=(\w+)_(\w+)->", op.attrs)
+    if not m or len(m.group(1)) != len(lhs) or len(m.group(2)) != len(rhs):
+        return 0.0
+    lhs_labels, rhs_labels = m.groups()
+    spatial = sorted(c for c in rhs_labels if c.isdigit())
+    window = re.search(r"window=\{size=([0-9x]+)", op.attrs)
+    sizes = [int(x) for x in window.group(1).split("x")] if window else [rhs[rhs_labels.index(c)] for c in spatial]
+    # each output sums the input features times the window taps that fall on real input (a dot written
+    # as a convolution pads a size-1 dimension and slides a window over it: one tap)
+    k = rhs[rhs_labels.index("i")] if "i" in rhs_labels else 1
+    for c, size in zip(spatial, sizes):
+        k *= min(size, lhs[lhs_labels.index(c)]) if c in lhs_labels else size
+    return 2.0 * out * k
+
+
+def program_cost(text: str, *, peak_flops: float, hbm_bandwidth: float) -> ProgramCost:
+    """The cost of an optimized HLO module's text (``compiled.as_text()``), per device."""
+    comps, entry = _parse(text)
+    constants = _constants(text)
+    totals = {"flops": 0.0, "bytes": 0.0, "collective": 0.0, "seconds": 0.0, "unknown": 0, "custom": 0}
+
+    def flops_in(name: str, seen=()) -> float:
+        total = 0.0
+        for op in comps.get(name, []):
+            if op.opcode in ("dot", "convolution"):
+                total += _matmul_flops(op)
+            for callee in re.findall(r"calls=%([\w.\-]+)", op.attrs):
+                if callee not in seen:
+                    total += flops_in(callee, (*seen, callee))
+        return total
+
+    def walk(name: str, times: float, seen=(), totals=totals):
+        for op in comps.get(name, []):
+            if op.opcode == "while":
+                body = re.search(r"body=%([\w.\-]+)", op.attrs)
+                cond = re.search(r"condition=%([\w.\-]+)", op.attrs)
+                trips = constants.get(cond.group(1)) if cond else None
+                if trips is None:
+                    totals["unknown"] += 1
+                if body and body.group(1) not in seen:
+                    walk(body.group(1), times * (trips or 1), (*seen, body.group(1)), totals)
+                continue
+            if op.opcode == "conditional":  # the costliest branch
+                branches = re.search(r"branch_computations=\{([^}]*)\}", op.attrs)
+                names = re.findall(r"%([\w.\-]+)", branches.group(1) if branches else "") or re.findall(
+                    r"(?:true|false)_computation=%([\w.\-]+)", op.attrs)
+                costs = []
+                for callee in (n for n in names if n not in seen):
+                    costs.append(dict.fromkeys(totals, 0))
+                    walk(callee, times, (*seen, callee), costs[-1])
+                best = max(costs, key=lambda c: (c["seconds"], c["flops"]), default={})
+                for key, value in best.items():
+                    totals[key] += value
+                continue
+            if op.opcode in ("call", "async-start"):
+                for callee in re.findall(r"(?:to_apply|calls)=%([\w.\-]+)", op.attrs):
+                    if callee not in seen:
+                        walk(callee, times, (*seen, callee), totals)
+                continue
+            if op.opcode in _FREE:
+                continue
+            moved = _nbytes(op.out) + (_fusion_reads(comps, op) if op.opcode == "fusion" else _nbytes(op.operands))
+            if op.opcode.startswith(_COLLECTIVES):
+                totals["collective"] += times * _nbytes(op.out)
+                continue
+            flops = _matmul_flops(op) if op.opcode in ("dot", "convolution") else 0.0
+            if op.opcode == "fusion":
+                flops = sum(flops_in(c) for c in re.findall(r"calls=%([\w.\-]+)", op.attrs))
+            if op.opcode == "custom-call" and 'custom_call_target="tpu_custom_call"' in op.attrs:
+                totals["custom"] += times
+            totals["flops"] += times * flops
+            totals["bytes"] += times * moved
+            totals["seconds"] += times * max(flops / peak_flops, moved / hbm_bandwidth)
+
+    if entry is not None:
+        walk(entry, 1.0)
+    return ProgramCost(totals["flops"], totals["bytes"], totals["collective"], totals["seconds"], totals["unknown"],
+                       totals["custom"])
+
+
+_SLICING = ("dynamic-slice", "slice", "gather")
+
+
+def _params(comps: dict, fusion: _Op) -> tuple[list, dict]:
+    callee = re.search(r"calls=%([\w.\-]+)", fusion.attrs)
+    body = comps.get(callee.group(1), []) if callee else []
+    return body, {int(o.attrs): o.name for o in body if o.opcode == "parameter" and o.attrs.isdigit()}
+
+
+def _reads(comps: dict, body: list, param: str, full: float, depth: int = 0) -> float:
+    """Bytes read of parameter ``param`` of a fused computation: the slices taken of it when it is
+    only sliced (through nested fusions too), else ``full``."""
+    total = 0.0
+    for user in (o for o in body if param in o.args):
+        if user.opcode in _SLICING and user.args[0] == param:
+            total += _nbytes(user.out)
+        elif user.opcode == "fusion" and depth < 4:
+            inner, params = _params(comps, user)
+            total += sum(_reads(comps, inner, params[i], full, depth + 1)
+                         for i, a in enumerate(user.args) if a == param and i in params)
+        else:
+            return full
+    return min(total, full) if total else full
+
+
+def _fusion_reads(comps: dict, op: _Op) -> float:
+    """Bytes a fusion reads: a parameter only sliced inside it (a layer's weights out of the stacked
+    ones) counts the slices it reads, any other its whole size."""
+    body, params = _params(comps, op)
+    return sum(_reads(comps, body, params[i], _nbytes(op.sources.get(name, []))) if i in params
+               else _nbytes(op.sources.get(name, [])) for i, name in enumerate(op.args))
+
+
+def _constants(text: str) -> dict:
+    """Loop condition -> its trip bound: the largest integer constant the condition compares against
+    (directly or inside a fusion it calls)."""
+    comps_consts: dict[str, list[int]] = {}
+    calls: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        m = _HEADER.match(line)
+        if m:
+            current = m.group(1)
+            comps_consts[current], calls[current] = [], []
+            continue
+        if current is None:
+            continue
+        c = re.search(r"= s(?:32|64)\[\]\S* constant\((-?\d+)\)", line)
+        if c:
+            comps_consts[current].append(int(c.group(1)))
+        calls[current] += re.findall(r"calls=%([\w.\-]+)", line)
+
+    def bound(name, depth=0):
+        values = list(comps_consts.get(name, []))
+        if depth < 3:
+            for callee in calls.get(name, []):
+                b = bound(callee, depth + 1)
+                if b is not None:
+                    values.append(b)
+        values = [v for v in values if v > 0]
+        return max(values) if values else None
+
+    conditions = set(re.findall(r"condition=%([\w.\-]+)", text))
+    return {c: bound(c) for c in conditions}
