@@ -6,7 +6,11 @@
 
 --checkpoints is a directory or a glob: lmprobe Orbax steps (orbax_io.save), MaxText steps,
 Hugging Face directories (step from a step_123 / checkpoint-123 name, else their order) and .gguf
-files (lmprobe.checkpoints.discover). Each checkpoint gets --methods (lmprobe.methods.proxies: BYOD on
+files (lmprobe.checkpoints.discover). With --model_fn=MODULE:FUNCTION and --tokenizer, a model of
+your own: checkpoints of orbax's standard API, FUNCTION(params) -> a CallableLM or nnx.Module
+(lmprobe.integrations.own_model; --params_key where the parameters sit), one Scorer whose weights
+each step swaps in. Each row's ``metrics`` holds its numbers under the in-loop callback's names.
+Each checkpoint gets --methods (lmprobe.methods.proxies: BYOD on
 decoders only) and, with --heldout (a text file or a corpus name: lmprobe.data.corpus), the
 held-out loss (nats per token) and bits per byte (decoders). Writes OUTPUT_DIR/results.json (rows
 sorted by step: value, stderr and 95% interval of each proxy where the method gives one, held-out
@@ -32,8 +36,10 @@ import numpy as np
 from experiments import cli, flags
 from experiments.cli import log, main_guard, output_dir, progress, say
 from lmprobe.checkpoints import discover as discover_lib
+from lmprobe.checkpoints import orbax_io
 from lmprobe.data import corpus as corpus_lib
 from lmprobe.errors import LmprobeError
+from lmprobe.integrations.own_model import OwnModel
 from lmprobe.methods import proxies, realtask
 from lmprobe.report import plots
 from lmprobe.report.artifacts import cache_key, cached_json, join
@@ -55,6 +61,9 @@ class FrontEnd:
     watch: bool = False  # keep polling for new checkpoints (until --until_step or Ctrl-C)
     until_step: int | None = None  # stop once a step at or past this is done; steps past it are not scored
     poll_s: float = 30.0  # seconds between looks for new checkpoints (--watch)
+    model_fn: str | None = None  # MODULE:FUNCTION, FUNCTION(params) -> CallableLM or nnx.Module: your own model
+    tokenizer: str | None = None  # with --model_fn: the tokenizer, a model name or a directory
+    params_key: str | None = None  # with --model_fn: the parameters' path in the saved tree (default: params, or all)
 
 
 def build_parser():
@@ -68,11 +77,12 @@ def build_parser():
     return p
 
 
-def listing(spec: str, *, allow_empty: bool) -> list[discover_lib.Found]:
-    """The checkpoints of ``spec`` as process 0 sees them, on every process (one list for the job)."""
+def listing(spec: str, *, allow_empty: bool, find=discover_lib.discover) -> list[discover_lib.Found]:
+    """The checkpoints of ``spec`` as process 0 sees them (``find``: discover, or a UserModel's), on
+    every process (one list for the job)."""
     if jax.process_index() == 0:
         try:
-            text = json.dumps([list(f) for f in discover_lib.discover(spec)])
+            text = json.dumps([list(f) for f in find(spec)])
         except LmprobeError as e:
             text = json.dumps({"error": str(e)})
     else:
@@ -104,7 +114,8 @@ class Vanished(Exception):
 def score(found, args, inputs, heldout, run_dir: str, run: cli.Run) -> dict:
     """One row: every method (and the held-out loss) on the checkpoint ``found``."""
     start = time.perf_counter()
-    scorer = run.loaded(found.path, cli.load_scorer(args, found.path))
+    user = run.user if found.format == orbax_io.STANDARD else None
+    scorer = run.loaded(found.path, user.scorer(found) if user else cli.load_scorer(args, found.path))
     load_s = time.perf_counter() - start
     settings = proxies.Settings.of(args)
     values, seconds = proxies.run(scorer, found.path, args.methods, settings, inputs, run_dir, progress=progress)
@@ -147,7 +158,17 @@ def scored(found, args, inputs, heldout, run_dir: str, run: cli.Run) -> dict | N
             print(f"step {found.step}: checkpoint '{found.path}' was deleted while it was read "
                   f"({type(e).__name__}): skipped", file=sys.stderr)
         return None
-    return {**row, "checkpoint": found.path}  # where it is now (a moved run keeps its rows)
+    return {**row, "checkpoint": found.path, "metrics": metrics(row)}  # where it is now (a moved run keeps its rows)
+
+
+def metrics(row: dict) -> dict:
+    """A row's numbers under the names of the in-loop callback's rows (proxies.jsonl), so that one
+    plot joins a run's in-loop history and its sweep: each proxy, heldout_loss, heldout_bits_per_byte."""
+    out = {k: v["value"] for k, v in row["proxies"].items()}
+    out.update({f"{k}_stderr": v["stderr"] for k, v in row["proxies"].items() if v["stderr"] is not None})
+    if row["heldout"]:
+        out.update({HELDOUT_LOSS: row["heldout"]["loss"], "heldout_bits_per_byte": row["heldout"]["bits_per_byte"]})
+    return out
 
 
 def _guarded(found, args, inputs, heldout, run_dir, run) -> dict:
@@ -225,7 +246,17 @@ def _loop(found, rows: dict, skipped: set, args, inputs, heldout, run_dir: str, 
         if not args.watch or (args.until_step is not None and last >= args.until_step):
             break
         time.sleep(args.poll_s)
-        found = listing(args.checkpoints, allow_empty=True)
+        found = listing(args.checkpoints, allow_empty=True, find=run.user.discover if run.user else
+                        discover_lib.discover)
+
+
+def own_model(args) -> OwnModel:
+    """--model_fn's OwnModel (imported, its tokenizer loaded), before any checkpoint is read."""
+    if not args.tokenizer:
+        raise LmprobeError(f"--model_fn={args.model_fn} needs --tokenizer=NAME|DIR: the tokenizer the model was "
+                           "trained with (a model name, e.g. smollm2-135m, or a directory)")
+    return OwnModel(args.model_fn, args.tokenizer, params_key=args.params_key, model_parallel=args.model_parallel,
+                    batch_size=args.batch_size)
 
 
 @main_guard
@@ -236,8 +267,14 @@ def main(argv=None):
     if not args.checkpoints:
         raise LmprobeError("give the checkpoints to sweep: --checkpoints=DIR (a trainer's output) or a glob")
     started = time.perf_counter()
+    run.user = own_model(args) if args.model_fn else None  # importable, with its tokenizer
+    if not args.model_fn and (args.tokenizer or args.params_key):
+        raise LmprobeError("--tokenizer and --params_key go with --model_fn=MODULE:FUNCTION (your own model)")
+    found = listing(args.checkpoints, allow_empty=args.watch,  # a bad directory fails before any data loads
+                    find=run.user.discover if run.user else discover_lib.discover)
+    if run.user and found:  # the model builds on the first step's weights and can run --methods, before any write
+        run.user.check(found[0], args.methods, heldout=bool(args.heldout))
     run_dir = output_dir(args.output_dir)
-    found = listing(args.checkpoints, allow_empty=args.watch)  # a bad directory fails before any data loads
     inputs = proxies.load_inputs(args.methods, proxies.Settings.of(args))
     heldout = load_heldout(args)
     rows, skipped = {}, set()

@@ -35,7 +35,10 @@ FORMAT = "lmprobe-orbax"
 PARAMS, META, TOKENIZER = "params", "meta", "tokenizer"
 _STEP = re.compile(r"\d+")
 
-__all__ = ["FORMAT", "OrbaxStep", "find", "restore", "save", "steps"]
+__all__ = ["FORMAT", "OrbaxStep", "StandardStep", "find", "restore", "restore_standard", "save", "standard_steps",
+           "standard_tree", "steps"]
+STANDARD = "orbax-standard"  # checkpoints of orbax's standard API (a user's own model: --model_fn)
+_DONE = "_METADATA"  # an Orbax PyTree item's tree metadata, written when the item is complete
 
 
 class OrbaxStep(NamedTuple):
@@ -205,6 +208,111 @@ def _save_tokenizer(tokenizer, target: str) -> None:
             raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+class StandardStep(NamedTuple):
+    """One checkpoint written by orbax's standard API (StandardCheckpointer, CheckpointManager)."""
+
+    step: int
+    path: str  # the PyTree item orbax restores (it holds _METADATA)
+
+
+def standard_steps(path, params_key: str | None = None) -> list[StandardStep]:
+    """The checkpoints of orbax's standard API at ``path``, sorted by step: a CheckpointManager directory's
+    finished steps (``<step>/<item>/``; of several items, the one ``params_key`` starts with, else
+    'params', 'state' or 'default'), or one checkpoint (``path`` or ``path/<item>`` holds _METADATA:
+    step 0, or the number ``path`` is named). Empty when there are none; steps still being written
+    (orbax's temporary names) are not listed."""
+    path = os.path.abspath(os.fspath(path))
+    if not os.path.isdir(path):
+        return []
+    one = _item(path, params_key)
+    if one is not None:
+        name = os.path.basename(path)
+        return [StandardStep(int(name) if _STEP.fullmatch(name) else 0, one)]
+    found = []
+    for name in os.listdir(path):
+        item = _item(os.path.join(path, name), params_key) if _STEP.fullmatch(name) else None
+        if item is not None:
+            found.append(StandardStep(int(name), item))
+    return sorted(found)
+
+
+def _item(path: str, params_key: str | None) -> str | None:
+    """The PyTree item of the checkpoint at ``path`` (itself or one of its item directories), or None."""
+    if os.path.isfile(os.path.join(path, _DONE)):
+        return path
+    if not os.path.isdir(path):
+        return None
+    items = sorted(n for n in os.listdir(path) if os.path.isfile(os.path.join(path, n, _DONE)))
+    first = _parts(params_key)[:1]
+    for choice in (first, [n for n in ("params", "state", "default") if n in items][:1], items):
+        if len(choice) == 1 and choice[0] in items:
+            return os.path.join(path, choice[0])
+    if items:
+        raise CheckpointError(f"checkpoint '{path}' holds the items {', '.join(items)}: say which holds the "
+                              f"parameters with --params_key={items[0]}/... (the item, then the path inside it)")
+    return None
+
+
+def _parts(params_key: str | None) -> list[str]:
+    return [p for p in re.split(r"[/.]", params_key or "") if p]
+
+
+def standard_tree(step: StandardStep, params_key: str | None = None) -> tuple[object, list[str]]:
+    """(the parameters' tree of ``step``, leaves as orbax's ArrayMetadata (shape, dtype), and its path
+    in the saved tree): under ``params_key`` ('/'- or '.'-separated; its first part may name the
+    item), else the saved tree's 'params' (a Flax TrainState) when it has one, else the whole tree."""
+    import orbax.checkpoint as ocp
+
+    with ocp.PyTreeCheckpointer() as checkpointer, _quiet_absl():
+        tree = checkpointer.metadata(step.path).item_metadata.tree
+    parts = _parts(params_key)
+    if parts and parts[0] == os.path.basename(step.path) and parts[0] not in _keys(tree):
+        parts = parts[1:]  # the item's name
+    if params_key is None:
+        parts = ["params"] if isinstance(tree, dict) and isinstance(tree.get("params"), dict | list) else []
+    node = tree
+    for i, part in enumerate(parts):
+        keys = _keys(node)
+        if part not in keys:
+            at = "/".join(parts[:i]) or "the top"
+            raise CheckpointError(f"--params_key={params_key}: checkpoint '{step.path}' has no '{part}' at {at} "
+                                  f"(there: {', '.join(keys[:8]) or 'an array'}): give the path of the parameters")
+        node = node[int(part)] if isinstance(node, list | tuple) else node[part]
+    return node, parts
+
+
+def _keys(node) -> list[str]:
+    if isinstance(node, dict):
+        return [str(k) for k in node]
+    return [str(i) for i in range(len(node))] if isinstance(node, list | tuple) else []
+
+
+def leaf_shapes(tree) -> dict[str, tuple[tuple, str]]:
+    """{'a/b/0/w': (shape, dtype name)} of a tree of array metadata or arrays."""
+    flat = jax.tree_util.tree_flatten_with_path(tree, is_leaf=lambda x: hasattr(x, "shape"))[0]
+    return {jax.tree_util.keystr(path, simple=True, separator="/"): (tuple(x.shape), str(np.dtype(x.dtype)))
+            for path, x in flat}
+
+
+def restore_standard(step: StandardStep, tree, parts: list[str], sharding) -> object:
+    """The parameters ``tree`` (``standard_tree``) of ``step``, each array read by orbax straight onto
+    ``sharding(shape)`` (nothing gathered on one host), in its saved dtype."""
+    import orbax.checkpoint as ocp
+
+    target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(tuple(m.shape), m.dtype, sharding=sharding(tuple(m.shape))),
+                          tree, is_leaf=lambda x: hasattr(x, "shape"))
+    item = target
+    for part in reversed(parts):
+        item = {part: item}
+    args = ocp.args.PyTreeRestore(item=item, restore_args=ocp.checkpoint_utils.construct_restore_args(item),
+                                  partial_restore=True)
+    with ocp.PyTreeCheckpointer() as checkpointer, _quiet_absl():
+        got = checkpointer.restore(step.path, args=args)
+    for part in parts:
+        got = got[part]
+    return got
 
 
 def not_a_checkpoint(path: str) -> CheckpointError:
