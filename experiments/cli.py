@@ -67,7 +67,14 @@ def parser(doc: str, name: str | None = None) -> flags.Parser:
 
 
 def method_group(cls) -> str:
-    return f"method ({cls.__module__}.{cls.__qualname__})"
+    """'method (MODULE.Config)', MODULE the shortest package that exports ``cls`` (methods.syntextbench, not .run)."""
+    module = cls.__module__
+    while "." in module:
+        parent = module.rsplit(".", 1)[0]
+        if getattr(sys.modules.get(parent), cls.__qualname__, None) is not cls:
+            break
+        module = parent
+    return f"method ({module}.{cls.__qualname__})"
 
 
 METHOD_SHARED = ("seed",)  # method Config fields that read the shared flag of their name (every seed is --seed)

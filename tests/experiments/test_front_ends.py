@@ -23,6 +23,7 @@ from experiments import (
     train,
     validate,
 )
+from lmprobe.data import gaussian
 from lmprobe.methods import byod as byod_method
 from lmprobe.methods import mstemp as mstemp_method
 from lmprobe.methods import synbench as synbench_method
@@ -96,7 +97,7 @@ def test_help_shows_groups_defaults_and_the_usage_text_unreflowed():
      {"target": ("a", "b", "c"), "n_bootstrap": 7, "learning_rate": 0.1, "train_batch_size": 8}),
     ("scope", ["--model=m"], {"reference": "m"}),
     ("synbench", ["--eps=0,0.4", "--absolute_eps", "--scales=reference", "--norm=inf", "--input_shape=3x8x8"],
-     {"epsilons": (0, .4), "relative_epsilon": False, "scales": synbench_method.gaussian.REFERENCE_SCALES,
+     {"epsilons": (0, .4), "relative_epsilon": False, "scales": gaussian.REFERENCE_SCALES,
       "norm": float("inf"), "input_shape": (3, 8, 8)}),
     ("synbench", [], {"batch_size": 64, "sample_batch_size": 64}),
     ("synbench", ["--sample_batch_size=8"], {"batch_size": 64, "sample_batch_size": 8}),

@@ -9,7 +9,7 @@ from scipy.stats import norm
 from experiments import syntextbench as front_end
 from lmprobe.data import sentence_stats, synthetic
 from lmprobe.errors import LmprobeError
-from lmprobe.methods import syntextbench
+from lmprobe.methods import loss_data, syntextbench
 from lmprobe.report import plots
 from tests.engine.conftest import tiny_llama_dir  # noqa: F401
 
@@ -139,7 +139,7 @@ def test_the_score_is_said_and_saved_before_the_baselines(tiny_llama_dir, tmp_pa
     def stop(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(syntextbench.loss_data, "loss_data_curves", stop)
+    monkeypatch.setattr(loss_data, "loss_data_curves", stop)
     with pytest.raises(SystemExit):
         front_end.main([f"--model={tiny_llama_dir}", "--n=200", "--levels=0,0.2", "--icl_examples=0",
                         "--batch_size=8", f"--output_dir={tmp_path}"])

@@ -15,7 +15,7 @@ from lmprobe.data.stopwords import STOP_WORDS
 from lmprobe.engine import Scorer
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import syntextbench
-from lmprobe.methods import syntextbench_generated as generated
+from lmprobe.methods.syntextbench import generated
 from tests.methods.test_syntextbench import GaussianScorer
 from tests.models.parity import save_random
 

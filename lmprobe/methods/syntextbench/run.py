@@ -1,18 +1,4 @@
-"""SynTextBench (Ko et al., ../seeds/000): robustness-accuracy of sentence embeddings on
-synthetic sentiment tasks generated from a lexicon (Algorithm 1).
-
-    lexicon -> word lists -> one synthetic task per difficulty level p (Sec. 2.2)
-    -> sentence embeddings through the engine (Sec. 3.1 poolings), cached per level
-    -> class-wise whitening, Bayes classifier, accuracy a_p and mean scaled margin delta_p for
-       all levels at once on device (Sec. 2.3, Alg. 1 lines 4-8)
-    -> goodness s(a) and score = integral of s over [a_T, 1], exactly (lines 10-11)
-plus the loss-data baselines on the p = 0.2 task, in-context accuracy of decoders (Sec. 3.3)
-and the lexicon rule's accuracy on each level (task feasibility, A.4).
-
-App. A.2 ablation: with ``Config.generator`` the sets are written by a language model under a
-vocabulary constraint instead (``generated_tasks``, lmprobe.methods.syntextbench_generated); each
-level also reports the mean share of label-class words per sentence (Fig. 3's statistic).
-"""
+"""SynTextBench on one model: tasks from a lexicon (or a generator), embeddings, the score, baselines."""
 
 from __future__ import annotations
 
@@ -27,7 +13,8 @@ import numpy as np
 import kernels
 from lmprobe.data import lexicons, sentence_stats, synthetic
 from lmprobe.errors import LmprobeError
-from lmprobe.methods import Ticker, icl, loss_data, model_key, no_progress, syntextbench_generated
+from lmprobe.methods import Ticker, icl, loss_data, model_key, no_progress
+from lmprobe.methods.syntextbench import generated as syntextbench_generated
 from lmprobe.report.artifacts import Stages, cache_key, cached, cached_json, join
 
 # The paper does not print its a_T. 0.7 keeps levels whose linear accuracy is clearly above
