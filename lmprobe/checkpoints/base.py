@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
@@ -48,6 +49,42 @@ class IndexedSource(Generic[Entry]):
                 f"tensors, e.g. {examples}): the checkpoint does not match the model lmprobe built "
                 "for it; check that config.json's model_type matches the weights"
             ) from None
+
+
+def beside_config(path: str, located: str | None, kind: str, source: Callable) -> tuple | None:
+    """(HF config, TensorSource, tokenizer directory) of a checkpoint that carries no HF config
+    (MaxText, Levanter) found at ``located`` for ``path`` (None: ``path`` is no such checkpoint):
+    the nearest config.json (``nearest_config``), ``source(located, config)`` reading its weights."""
+    if located is None:
+        return None
+    found = nearest_config(path)
+    if found is None:
+        raise CheckpointError(
+            f"'{path}' is a {kind} checkpoint ({located}), which has no Hugging Face config: put the model's "
+            "config.json (and tokenizer files) in that directory or in the run directory above it")
+    config, where = found
+    return config, source(located, config), os.path.dirname(where)
+
+
+def layout_of(layouts: dict, config: dict, kind: str, where: str):
+    """``layouts[config['model_type']]`` for a ``kind`` checkpoint (MaxText, Levanter) at ``where``, or
+    a CheckpointError naming the model types lmprobe reads in that layout."""
+    layout = layouts.get(config.get("model_type"))
+    if layout is None:
+        raise CheckpointError(f"{kind} checkpoint '{where}': its config.json has model_type "
+                              f"{config.get('model_type')!r}; lmprobe reads {kind} layouts of {', '.join(layouts)}")
+    return layout
+
+
+def nearest_config(path: str, parents: int = 3) -> tuple[dict, str] | None:
+    """(config.json, its path): the nearest config.json in ``path`` or its ``parents`` parents, or None."""
+    path = os.path.abspath(path)
+    for _ in range(parents + 1):
+        candidate = os.path.join(path, "config.json")
+        if os.path.isfile(candidate):
+            return read_json(candidate, "model config"), candidate
+        path = os.path.dirname(path)
+    return None
 
 
 def read_json(path: str, what: str) -> Any:

@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from lmprobe.checkpoints.base import IndexedSource, read_json
+from lmprobe.checkpoints.base import IndexedSource, beside_config, layout_of, nearest_config, read_json
 from lmprobe.errors import CheckpointError
 
 ROOT = ("params", "params")  # the TrainState's weights
@@ -85,30 +85,13 @@ class Entry(NamedTuple):
 def find(path: str):
     """(HF config, TensorSource, tokenizer directory) for a MaxText checkpoint at ``path``, or None
     when ``path`` is not one. CheckpointError when it is one without a config.json beside it."""
-    items = _items_dir(os.path.abspath(path))
-    if items is None:
-        return None
-    found = find_config(path)
-    if found is None:
-        raise CheckpointError(
-            f"'{path}' is a MaxText checkpoint ({items}), which has no Hugging Face config: put the model's "
-            "config.json (and tokenizer files) in that directory or in the run directory above it")
-    config, where = found
-    return config, MaxTextSource(items, config), os.path.dirname(where)
+    return beside_config(path, _items_dir(os.path.abspath(path)), "MaxText", MaxTextSource)
 
 
 def find_config(path: str) -> tuple[dict, str] | None:
     """(config.json, its path) for a MaxText checkpoint at ``path``: the nearest config.json in ``path``
     or its three parents; None when ``path`` is not a MaxText checkpoint or has none."""
-    path = os.path.abspath(path)
-    if _items_dir(path) is None:
-        return None
-    for _ in range(4):
-        candidate = os.path.join(path, "config.json")
-        if os.path.isfile(candidate):
-            return read_json(candidate, "model config"), candidate
-        path = os.path.dirname(path)
-    return None
+    return nearest_config(path) if _items_dir(os.path.abspath(path)) is not None else None
 
 
 def _items_dir(path: str) -> str | None:
@@ -134,11 +117,7 @@ class MaxTextSource(IndexedSource[Entry]):
     def __init__(self, items: str, config: dict):
         import orbax.checkpoint as ocp
 
-        layout = LAYOUTS.get(config.get("model_type"))
-        if layout is None:
-            raise CheckpointError(
-                f"MaxText checkpoint '{items}': its config.json has model_type {config.get('model_type')!r}; "
-                f"lmprobe reads MaxText layouts of {', '.join(LAYOUTS)}")
+        layout = layout_of(LAYOUTS, config, "MaxText", items)
         with ocp.PyTreeCheckpointer() as checkpointer:
             tree = checkpointer.metadata(items).item_metadata.tree
         for key in ROOT:

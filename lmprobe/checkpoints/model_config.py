@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from lmprobe.checkpoints import aliases, hub, maxtext, orbax_io
+from lmprobe.checkpoints import aliases, hub, levanter, maxtext, orbax_io
 from lmprobe.checkpoints.base import read_json
 from lmprobe.checkpoints.configs import path_of, shipped_config
 from lmprobe.checkpoints.embedded import embedded_path
@@ -66,7 +66,7 @@ def _local_config(name: str, local: str) -> tuple[dict, str]:
         step = orbax_io.find(local)
         if step is not None:  # the config saved with the step
             return step.meta["hf_config"], os.path.join(step.path, orbax_io.META)
-        found = maxtext.find_config(local)
+        found = maxtext.find_config(local) or levanter.find_config(local)
         if found is not None:
             return found
         path = os.path.join(local, "config.json")

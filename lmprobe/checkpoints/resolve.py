@@ -1,7 +1,8 @@
 """Turn a model argument into a Checkpoint: config, lazily read tensors and a tokenizer.
 
 Accepted, in this order: an existing path (Hugging Face directory, .gguf file, lmprobe Orbax
-checkpoint directory or step (orbax_io.py), MaxText checkpoint with a config.json (maxtext.py)), an embedded
+checkpoint directory or step (orbax_io.py), MaxText or Levanter checkpoint with a config.json (maxtext.py,
+levanter.py)), an embedded
 model name (smollm2-135m, minilm-l6), a ladder model (ladder.py: gemma3-270m, ..., installed by
 `python -m experiments.assets`), an alias (aliases.py), a hub id 'org/name' (local hub cache
 first; downloaded only when online).
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from lmprobe.checkpoints import aliases, hub, maxtext, orbax_io, pickle_io, safetensors_io
+from lmprobe.checkpoints import aliases, hub, levanter, maxtext, orbax_io, pickle_io, safetensors_io
 from lmprobe.checkpoints.base import IndexedSource, TensorSource, listing, read_json
 from lmprobe.checkpoints.embedded import EMBEDDED, embedded_path
 from lmprobe.checkpoints.gguf_io import open_gguf
@@ -151,6 +152,10 @@ def _from_directory(model: str, directory: str, allow_pickle: bool) -> Checkpoin
     if found is not None:
         config, tensors, tokenizer_dir = found
         return Checkpoint(model, tensors.items, config, tensors, partial(directory_tokenizer, tokenizer_dir))
+    found = levanter.find(directory)
+    if found is not None:
+        config, tensors, tokenizer_dir = found
+        return Checkpoint(model, tensors.step, config, tensors, partial(directory_tokenizer, tokenizer_dir))
     config_path = os.path.join(directory, "config.json")
     if not os.path.isfile(config_path):
         raise orbax_io.not_a_checkpoint(directory)
