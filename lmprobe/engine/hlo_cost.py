@@ -96,7 +96,8 @@ def _parse(text: str) -> tuple[dict, str | None]:
                 break
         args = re.findall(r"%([\w.\-]+)", rest[:end])
         opcode = opcode.strip()
-        attrs = rest[:end].strip() if opcode == "parameter" else rest[end + 1:]  # a parameter's: its index
+        # a parameter's attrs: its index; a constant's: its value
+        attrs = rest[:end].strip() if opcode in ("parameter", "constant") else rest[end + 1:]
         op = _Op(lhs.removeprefix("ROOT ").strip().lstrip("%"), opcode, _arrays(typ), args, attrs, args)
         shapes[op.name] = op.out
         current.append(op)
@@ -152,7 +153,8 @@ def program_cost(text: str, *, peak_flops: float, hbm_bandwidth: float) -> Progr
             if op.opcode == "while":
                 body = re.search(r"body=%([\w.\-]+)", op.attrs)
                 cond = re.search(r"condition=%([\w.\-]+)", op.attrs)
-                trips = constants.get(cond.group(1)) if cond else None
+                trips = _trips(comps, cond.group(1), body.group(1)) if cond and body else None
+                trips = trips or (constants.get(cond.group(1)) if cond else None)
                 if trips is None:
                     totals["unknown"] += 1
                 if body and body.group(1) not in seen:
@@ -229,6 +231,37 @@ def _fusion_reads(comps: dict, op: _Op) -> float:
                else _nbytes(op.sources.get(name, [])) for i, name in enumerate(op.args))
 
 
+def _trips(comps: dict, condition: str, body: str) -> int | None:
+    """Trips of a loop whose condition is ``counter < N`` and whose body adds a constant step to the
+    counter (from 0): ceil(N / step); None for any other shape."""
+    cond = comps.get(condition, [])
+    named = {o.name: o for o in cond}
+    root = cond[-1] if cond else None
+    if root is None or root.opcode != "compare" or "direction=LT" not in root.attrs or len(root.args) != 2:
+        return None
+    counter, bound = (named.get(a) for a in root.args)
+    if counter is None or bound is None or counter.opcode != "get-tuple-element" or bound.opcode != "constant":
+        return None
+    index = re.search(r"index=(\d+)", counter.attrs)
+    ops = comps.get(body, [])
+    by_name = {o.name: o for o in ops}
+    root = ops[-1] if ops else None  # the body's result tuple: its element ``index`` is the next counter
+    if index is None or root is None or root.opcode != "tuple" or int(index.group(1)) >= len(root.args):
+        return None
+    step_op = by_name.get(root.args[int(index.group(1))])
+    while step_op is not None and step_op.opcode in ("copy", "bitcast") and step_op.args:
+        step_op = by_name.get(step_op.args[0])
+    if step_op is None or step_op.opcode != "add" or len(step_op.args) != 2:
+        return None
+    steps = [by_name.get(a) for a in step_op.args]
+    constant = next((o for o in steps if o is not None and o.opcode == "constant"), None)
+    try:
+        step, n = int(constant.attrs), int(bound.attrs)
+    except (AttributeError, ValueError):
+        return None
+    return -(-n // step) if step > 0 else None
+
+
 def _constants(text: str) -> dict:
     """Loop condition -> its trip bound: the largest integer constant the condition compares against
     (directly or inside a fusion it calls)."""
@@ -243,7 +276,7 @@ def _constants(text: str) -> dict:
             continue
         if current is None:
             continue
-        c = re.search(r"= s(?:32|64)\[\]\S* constant\((-?\d+)\)", line)
+        c = re.search(r"= [su](?:32|64)\[\]\S* constant\((-?\d+)\)", line)
         if c:
             comps_consts[current].append(int(c.group(1)))
         calls[current] += re.findall(r"calls=%([\w.\-]+)", line)
