@@ -29,9 +29,9 @@ from lmprobe.data.corpus import load_corpus
 from lmprobe.data.profanity import load_profanity
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import byod
-from lmprobe.report.artifacts import join, write_jsonl
 from lmprobe.report.radar import radar
-from lmprobe.report.text import estimate, number, plural
+from lmprobe.store import join, write_jsonl
+from lmprobe.text import estimate, number, plural
 
 DEFAULT_BENIGN = "wordnet-examples"
 

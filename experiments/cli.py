@@ -5,7 +5,7 @@ bad input into one clear line.
 A front end runs unchanged as N processes of one ``jax.distributed`` job (a TPU pod, or N
 processes on localhost): ``parse`` joins the job before anything touches a device, every process
 computes the same numbers, and process 0 alone logs (on stderr), prints the summary (``say``, on
-stdout), shows progress and writes (lmprobe.report.artifacts does nothing on the other processes).
+stdout), shows progress and writes (lmprobe.store does nothing on the other processes).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from tqdm.auto import tqdm
 
 from experiments import flags
 from lmprobe import log as _logging
+from lmprobe import store
 from lmprobe.engine import runtime
 from lmprobe.errors import LmprobeError
-from lmprobe.report import artifacts
 
 log = _logging.get("experiments")
 SHARED, FRONT_END = "shared (the same in every front end)", "front end"
@@ -154,9 +154,9 @@ _saved_in: list[str] = []  # the run directory (output_dir) of this program, for
 
 def output_dir(path) -> str:
     """``path`` checked writable by process 0 (one clear error on every process otherwise), as a
-    string; join files under it with ``lmprobe.report.artifacts.join`` (local paths and gs:// URLs).
+    string; join files under it with ``lmprobe.store.join`` (local paths and gs:// URLs).
     Ctrl-C (``main_guard``) then names it as where the finished work is."""
-    artifacts.check_writable(path)
+    store.check_writable(path)
     _saved_in[:] = [str(path)]
     return str(path)
 
@@ -210,7 +210,7 @@ class Run:
     def write(self, path, result: dict, names=None) -> None:
         """``result`` with its ``run_info`` to ``path``; an earlier run's file there is kept aside."""
         result["run_info"] = self.info(names)
-        artifacts.write_results(path, result)
+        store.write_results(path, result)
 
 
 def main_guard(fn):

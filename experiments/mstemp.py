@@ -34,8 +34,8 @@ from lmprobe.methods import mstemp
 from lmprobe.methods.mstemp import filter as semantic_filter
 from lmprobe.methods.mstemp import templates
 from lmprobe.methods.mstemp.adversarial import ALIASES, ATTACKS
-from lmprobe.report.artifacts import join, write_jsonl
-from lmprobe.report.text import estimate, number, plural, timings
+from lmprobe.store import join, write_jsonl
+from lmprobe.text import estimate, number, plural, timings
 
 
 @dataclasses.dataclass(frozen=True)

@@ -40,11 +40,11 @@ from lmprobe.checkpoints import variants
 from lmprobe.data.labelled import DEFAULT, evaluation_split, load_labelled, named_dataset
 from lmprobe.methods.scope import build as scope_build
 from lmprobe.methods.scope import capabilities, metrics, training
-from lmprobe.methods.scope import plots as scope_plots
 from lmprobe.methods.scope import run as scope_run
 from lmprobe.models import CAUSAL_LM
-from lmprobe.report.artifacts import join, write_jsonl
-from lmprobe.report.text import estimate, number, plural
+from lmprobe.report import scope_plots
+from lmprobe.store import join, write_jsonl
+from lmprobe.text import estimate, number, plural
 
 DEFAULT_REFERENCE = "smollm2-135m"
 DEFAULT_TARGETS = ("smollm2-135m@bf16", "smollm2-135m@int8", "smollm2-135m@drop-layer=15")

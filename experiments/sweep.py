@@ -42,8 +42,8 @@ from lmprobe.errors import LmprobeError
 from lmprobe.integrations.own_model import OwnModel
 from lmprobe.methods import proxies, realtask
 from lmprobe.report import plots
-from lmprobe.report.artifacts import cache_key, cached_json, join
-from lmprobe.report.text import number, plural
+from lmprobe.store import cache_key, cached_json, join
+from lmprobe.text import number, plural
 
 CACHE_VERSION = 1
 Z95 = 1.959964  # a 95% normal interval: value +- Z95 x stderr

@@ -37,8 +37,8 @@ from experiments.cli import load_scorer, main_guard, output_dir, progress, say
 from lmprobe.data import gaussian
 from lmprobe.methods import robust_probe, synbench
 from lmprobe.report import plots
-from lmprobe.report.artifacts import join
-from lmprobe.report.text import plural, timings
+from lmprobe.store import join
+from lmprobe.text import plural, timings
 
 DEFAULT_MODEL = synbench.IDENTITY
 

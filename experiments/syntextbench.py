@@ -32,8 +32,8 @@ from lmprobe.errors import LmprobeError
 from lmprobe.methods import syntextbench
 from lmprobe.models import CAUSAL_LM
 from lmprobe.report import plots
-from lmprobe.report.artifacts import join, write_json
-from lmprobe.report.text import number, plural, timings
+from lmprobe.store import join, write_json
+from lmprobe.text import number, plural, timings
 
 DEFAULT_MODEL = "minilm-l6"
 

@@ -28,12 +28,12 @@ from flax import nnx
 
 from experiments import cli, flags
 from experiments.cli import load_scorer, log, main_guard, output_dir, say
+from lmprobe import store
 from lmprobe.engine import Scorer
 from lmprobe.engine.batching import bucket_length
 from lmprobe.errors import LmprobeError
 from lmprobe.models import CAUSAL_LM
-from lmprobe.report import artifacts
-from lmprobe.report.text import plural
+from lmprobe.text import plural
 
 # Advertised dense (no sparsity) bf16 peak per device, TFLOP/s, by jax.devices()[0].device_kind
 # ('NVIDIA H100 80GB HBM3', 'NVIDIA H100 PCIe', 'NVIDIA A100-SXM4-80GB', 'TPU v4', 'TPU v5 lite',
@@ -253,7 +253,7 @@ def main(argv=None):
             shape = f"{batch} x {rest[0]}" + "".join(f" + {r}" for r in rest[1:])
             say(f"{shape:>30} {row['tokens_per_s']:>10.1f} {row['gflops']:>9.1f} {row['mfu']:>6.1%} {columns}")
 
-    path = artifacts.join(out, "results.json")
+    path = store.join(out, "results.json")
     run.write(path, results)
     say(f"\nwrote {path}")
 

@@ -31,8 +31,8 @@ import time
 from experiments import cli, flags
 from experiments.cli import main_guard, output_dir, progress, say
 from lmprobe.errors import LmprobeError
-from lmprobe.report.artifacts import join
-from lmprobe.report.text import number
+from lmprobe.store import join
+from lmprobe.text import number
 from lmprobe.training import PRESETS, Config, train
 
 

@@ -63,8 +63,8 @@ from lmprobe.errors import LmprobeError
 from lmprobe.methods import proxies as proxies_lib
 from lmprobe.methods import realtask
 from lmprobe.report import correlation, plots, significance
-from lmprobe.report.artifacts import join
-from lmprobe.report.text import number, plural
+from lmprobe.store import join
+from lmprobe.text import number, plural
 
 PROXIES, BYOD_METRICS, STDERR = proxies_lib.PROXIES, proxies_lib.BYOD_METRICS, proxies_lib.STDERR
 TASKS = ("probes", "zero_shot", "prose")  # zero_shot and prose: decoders only

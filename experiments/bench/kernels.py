@@ -30,7 +30,7 @@ from scipy.stats import entropy as scipy_entropy
 from scipy.stats import norm
 
 import kernels as K
-from lmprobe.report.artifacts import json_text
+from lmprobe.store import json_text
 
 FULL = {
     "pairs": 256, "vocab": 50_000, "chunk": K.DEFAULT_CHUNK_SIZE,  # JSD and friends

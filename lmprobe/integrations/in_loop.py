@@ -52,7 +52,7 @@ from lmprobe.log import notice
 from lmprobe.methods import realtask, synbench, syntextbench
 from lmprobe.methods.byod import knowledge, long_range, next_token
 from lmprobe.methods.byod.common import shuffled
-from lmprobe.report.artifacts import is_remote, json_text
+from lmprobe.store import is_remote, json_text
 
 FILENAME = "proxies.jsonl"
 BUCKETS = (16, 32, 64, 128, 256, 512)  # coarser than the engine's: fewer programs to compile on the first call

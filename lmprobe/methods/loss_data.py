@@ -46,7 +46,7 @@ import optax
 
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import no_progress
-from lmprobe.report.text import plural
+from lmprobe.text import plural
 
 PAPER_N_POINTS = 10
 PAPER_EPS = 1.0

@@ -23,7 +23,7 @@ from lmprobe.data import corpus as corpus_lib
 from lmprobe.data import gaussian
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import byod, model_key, no_progress, synbench, syntextbench
-from lmprobe.report.artifacts import cache_key, cached_json, join
+from lmprobe.store import cache_key, cached_json, join
 
 PROXIES = ("syntextbench", "synbench", "byod")
 BYOD_METRICS = ("negation", "long_range", "word_order", "tokenization")

@@ -44,7 +44,7 @@ from kernels import logistic
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import icl, no_progress
 from lmprobe.methods.syntextbench import default_pooling
-from lmprobe.report.text import plural
+from lmprobe.text import plural
 
 SENTEVAL_CS = logistic.SENTEVAL_CS  # 2^-2 .. 2^4
 BOOTSTRAP_RESAMPLES = 1000

@@ -15,10 +15,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 import kernels  # noqa: E402
+from lmprobe import store  # noqa: E402
 from lmprobe.data.sentence_stats import length_histogram  # noqa: E402
 from lmprobe.engine.runtime import is_main  # noqa: E402
 from lmprobe.errors import LmprobeError  # noqa: E402
-from lmprobe.report import artifacts  # noqa: E402
 from lmprobe.report.coefficients import per_model  # noqa: E402
 from lmprobe.report.correlation import MIN_MODELS, correlation_table  # noqa: E402
 
@@ -45,7 +45,7 @@ def save_figure(fig, path) -> None:
             buffer = io.BytesIO()
             fig.savefig(buffer, dpi=120, bbox_inches="tight", pad_inches=0.1,
                         format=os.path.splitext(str(path))[1].lstrip(".").lower() or "png")
-            artifacts.write_bytes(path, buffer.getvalue())
+            store.write_bytes(path, buffer.getvalue())
     finally:
         plt.close(fig)
 

@@ -35,7 +35,7 @@ import numpy as np
 from lmprobe import log as logging_lib
 from lmprobe.engine.runtime import enable_compilation_cache
 from lmprobe.errors import LmprobeError
-from lmprobe.report.artifacts import cache_key, cached, write_json, write_jsonl
+from lmprobe.store import cache_key, cached, write_json, write_jsonl
 from lmprobe.training import corpus, data
 from lmprobe.training.config import Config, checkpoint_steps, hf_config, parameter_count
 from lmprobe.training.model import init_model, make_steps, optimizer, schedule

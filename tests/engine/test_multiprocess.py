@@ -48,7 +48,7 @@ DRIVER = textwrap.dedent("""
 
     sys.addaudithook(audit)
     from experiments import byod, synbench, syntextbench
-    from lmprobe.report import artifacts
+    from lmprobe import store
 
     def step(name, main, argv):
         writes.clear()
@@ -64,7 +64,7 @@ DRIVER = textwrap.dedent("""
     synbench_argv = ["--model=minilm-l6", "--n=64", "--scales=1,3", "--eps=0,0.4", "--a_t=0.6,0.7", "--seq_len=8",
                      "--batch_size=4", f"--output_dir={root}/synbench"]
     step("synbench", synbench.main, synbench_argv)
-    artifacts._BROADCAST_CHUNK = 1 << 16  # the rerun loads its cache in several broadcasts
+    store._BROADCAST_CHUNK = 1 << 16  # the rerun loads its cache in several broadcasts
     step("synbench-rerun", synbench.main, synbench_argv)
 """)
 

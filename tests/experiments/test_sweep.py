@@ -16,7 +16,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from experiments import cli, sweep
-from lmprobe.report.artifacts import read_json
+from lmprobe.store import read_json
 
 SMALL = ["--syntextbench_n=200", "--syntextbench_levels=0,0.9", "--synbench_n=80", "--synbench_scales=0.5,2",
          "--byod_examples=4", "--batch_size=32", "--verbosity=warning"]

@@ -179,7 +179,7 @@ def test_heads_train_on_the_whole_training_split_unless_capped(tmp_path):
 
 
 def test_one_trial_writes_strict_json_with_reasons_and_a_cached_search_says_so(classifier, tmp_path):
-    from lmprobe.report.artifacts import write_results
+    from lmprobe.store import write_results
 
     model, _ = classifier
     config = scope_run.Config(capability="typo", trials=1, n_bootstrap=0)

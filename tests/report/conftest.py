@@ -3,8 +3,7 @@
 import matplotlib.pyplot as plt
 import pytest
 
-from lmprobe.methods.scope import plots as scope_plots
-from lmprobe.report import plots, radar
+from lmprobe.report import plots, radar, scope_plots
 
 
 @pytest.fixture

@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 from matplotlib.text import Text
 
-from lmprobe.methods.scope import plots as scope_plots
 from lmprobe.methods.scope.metrics import METRICS
-from lmprobe.report import plots
+from lmprobe.report import plots, scope_plots
 from lmprobe.report.plots import MIN_FONT
 
 LEVELS = [{"p": 0.0, "accuracy": 0.92, "margin": 1.13}, {"p": 0.5, "accuracy": 0.65, "margin": 0.83}]

@@ -49,7 +49,7 @@ from lmprobe.methods.byod import knowledge, long_range, next_token, toxicity
 from lmprobe.methods.byod.common import MetricResult, no_progress, shuffled
 from lmprobe.models import CAUSAL_LM, ENCODER_DECODER
 from lmprobe.perturb.text import DEFAULT_TRIGGER
-from lmprobe.report.artifacts import Stages, cache_key, cached_json, join
+from lmprobe.store import Stages, cache_key, cached_json, join
 
 CACHE_VERSION = 3  # 2: sampling among the top-k candidates; 3: keys hold the model's identity and the paragraphs
 DEFAULT_EXAMPLES = 1000  # a metric's examples where the paper gives no count of its own
@@ -334,7 +334,7 @@ def _ablation(param: str, values, compute, fields: Callable = lambda v, r: {}, a
 
 def _cached(path: str | None, compute: Callable[[], MetricResult]) -> MetricResult:
     """A metric's result from ``path`` (JSON) if a previous run saved it, else computed and saved
-    (collective in a multi-process run: lmprobe.report.artifacts.cached_json)."""
+    (collective in a multi-process run: lmprobe.store.cached_json)."""
     if not path:
         return compute()
     return cached_json(path, compute, encode=MetricResult.to_cache, decode=MetricResult.from_cache)

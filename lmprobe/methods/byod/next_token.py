@@ -31,7 +31,7 @@ from lmprobe.methods.byod.common import (
 )
 from lmprobe.perturb.text import swap_words
 from lmprobe.perturb.tokenization import chopped_ids
-from lmprobe.report.text import plural
+from lmprobe.text import plural
 
 TOO_FEW_WORDS = "too few words to swap"
 TOO_SHORT_TO_CHOP = "not longer than the chop stride"

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from lmprobe.methods import model_key, no_progress
-from lmprobe.report.artifacts import cache_key, cached_json, join
+from lmprobe.store import cache_key, cached_json, join
 
 CACHE_VERSION = 3  # 3: keys hold the evaluator's identity (checkpoint digest, dtype) and the chunk's index
 INSTRUCTION = ("Rewrite the following sentence in different words, keeping its meaning. "

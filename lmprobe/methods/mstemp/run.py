@@ -25,8 +25,8 @@ from lmprobe.errors import LmprobeError
 from lmprobe.methods.mstemp import adversarial, evaluate, fill, paraphrase, templates
 from lmprobe.methods.mstemp import filter as semantic_filter
 from lmprobe.models import CAUSAL_LM, ENCODER_DECODER
-from lmprobe.report.artifacts import Stages, note_undefined
-from lmprobe.report.text import plural
+from lmprobe.store import Stages, note_undefined
+from lmprobe.text import plural
 
 ATTACKS = adversarial.ATTACKS
 EVALUATOR_KINDS = (CAUSAL_LM, ENCODER_DECODER)  # evaluators generate the paraphrases

@@ -12,7 +12,7 @@ from lmprobe import log as logging
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import no_progress
 from lmprobe.methods.scope import models, training
-from lmprobe.report.text import plural
+from lmprobe.text import plural
 
 BLACK_BOX = "blackbox:"  # prefix of a black box known only through sampled labels
 CLASSIFIER_HEADS = ("auto", "finetune", "probe", "zero-shot", "checkpoint")

@@ -22,7 +22,7 @@ from lmprobe.methods import model_key, no_progress
 from lmprobe.methods.scope import capabilities, metrics
 from lmprobe.methods.scope.search import Goal, Perturbation, SearchResult, search
 from lmprobe.perturb.constraints import Words
-from lmprobe.report.artifacts import cache_key, cache_use, cached_json, join, note_undefined
+from lmprobe.store import cache_key, cache_use, cached_json, join, note_undefined
 
 TASKS = ("classify", "lm")
 # 2: the reference model's identity in keys; 3: adjacent typos, lemmatized synonyms, NLTK stops;

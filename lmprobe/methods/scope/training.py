@@ -28,7 +28,7 @@ from lmprobe.engine.batching import bucket_length, make_batches
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import Ticker
 from lmprobe.methods.scope.models import HEADS, Classifier, EncoderClassifier, load_hf_head, place_head
-from lmprobe.report.artifacts import cache_key
+from lmprobe.store import cache_key
 
 
 @dataclasses.dataclass(frozen=True)

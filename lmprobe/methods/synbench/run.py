@@ -43,7 +43,7 @@ from lmprobe.methods.synbench.theory import (
     synbench_scores,
     unbiased_squared_distance,
 )
-from lmprobe.report.artifacts import Stages, cache_key, cached, cached_json, join
+from lmprobe.store import Stages, cache_key, cached, cached_json, join
 
 # --------------------------------------------------------------------------------------
 # Representation side (Sec. 3.2.2)

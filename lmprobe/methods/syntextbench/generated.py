@@ -53,7 +53,7 @@ from lmprobe.data import synthetic
 from lmprobe.data.stopwords import STOP_WORDS
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import Ticker, model_key, no_progress
-from lmprobe.report.artifacts import cache_key, cached_json, join
+from lmprobe.store import cache_key, cached_json, join
 
 START_TOKENS = ("There", "I", "You", "She", "He", "It", "They", "The")  # App. A.2
 PUNCTUATION = (".", ",", "!", "?", ";", ":", '"', "'", "-", "...")

@@ -15,7 +15,7 @@ from lmprobe.data import lexicons, sentence_stats, synthetic
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import Ticker, icl, loss_data, model_key, no_progress
 from lmprobe.methods.syntextbench import generated as syntextbench_generated
-from lmprobe.report.artifacts import Stages, cache_key, cached, cached_json, join
+from lmprobe.store import Stages, cache_key, cached, cached_json, join
 
 # The paper does not print its a_T. 0.7 keeps levels whose linear accuracy is clearly above
 # chance and yields scores of the paper's order (0.1-0.2) for sentence encoders.

@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from lmprobe.methods.scope import plots as scope_plots
 from lmprobe.methods.scope.metrics import METRICS
+from lmprobe.report import scope_plots
 
 
 def _row(value, se, interval):

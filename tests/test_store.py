@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from etils import epath
 
+from lmprobe import store
 from lmprobe.engine import runtime
 from lmprobe.errors import LmprobeError
-from lmprobe.report import artifacts, plots
+from lmprobe.report import plots
 
 NO_GCSFS = importlib.util.find_spec("gcsfs") is None and importlib.util.find_spec("tensorflow") is None
 
@@ -22,18 +23,18 @@ def _files(root) -> list[str]:
 
 
 def test_join_keeps_urls_and_local_paths():
-    assert artifacts.join("gs://bucket/run", "cache", "x.npy") == "gs://bucket/run/cache/x.npy"
-    assert artifacts.join("runs/byod", "results.json") == "runs/byod/results.json"
-    assert artifacts.join(epath.Path("/tmp/a"), "b") == "/tmp/a/b"
-    assert artifacts.is_remote("gs://b/x") and not artifacts.is_remote("/tmp/x")
-    assert not artifacts.is_remote("file:///tmp/x")
+    assert store.join("gs://bucket/run", "cache", "x.npy") == "gs://bucket/run/cache/x.npy"
+    assert store.join("runs/byod", "results.json") == "runs/byod/results.json"
+    assert store.join(epath.Path("/tmp/a"), "b") == "/tmp/a/b"
+    assert store.is_remote("gs://b/x") and not store.is_remote("/tmp/x")
+    assert not store.is_remote("file:///tmp/x")
 
 
 def test_writes_through_epath_local_paths_atomically(tmp_path):
     run = epath.Path(tmp_path) / "run"  # an epath.Path works where a str does
-    artifacts.write_json(run / "results.json", {"score": np.float32(0.5), "curve": np.arange(3)})
-    artifacts.write_jsonl(artifacts.join(str(run), "samples.jsonl"), [{"a": 1}, {"a": np.int64(2)}])
-    artifacts.write_bytes(run / "sub" / "blob.bin", b"\x00\x01")
+    store.write_json(run / "results.json", {"score": np.float32(0.5), "curve": np.arange(3)})
+    store.write_jsonl(store.join(str(run), "samples.jsonl"), [{"a": 1}, {"a": np.int64(2)}])
+    store.write_bytes(run / "sub" / "blob.bin", b"\x00\x01")
     assert json.loads((run / "results.json").read_text()) == {"score": 0.5, "curve": [0, 1, 2]}
     assert (run / "samples.jsonl").read_text().splitlines() == ['{"a": 1}', '{"a": 2}']
     assert _files(tmp_path) == ["run/results.json", "run/samples.jsonl", "run/sub/blob.bin"]  # no .tmp- left
@@ -42,7 +43,7 @@ def test_writes_through_epath_local_paths_atomically(tmp_path):
 
 def test_a_failed_write_leaves_no_temporary_file(tmp_path):
     with pytest.raises(TypeError):
-        artifacts.write_json(tmp_path / "r.json", {"x": object()})
+        store.write_json(tmp_path / "r.json", {"x": object()})
     assert _files(tmp_path) == []
 
 
@@ -50,27 +51,27 @@ def test_a_failed_write_leaves_no_temporary_file(tmp_path):
 def test_gs_path_without_a_backend_is_one_clear_error_and_no_local_directory(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(LmprobeError, match=r"gs://bucket/run/results.json.*gcsfs"):
-        artifacts.write_json("gs://bucket/run/results.json", {"a": 1})
+        store.write_json("gs://bucket/run/results.json", {"a": 1})
     with pytest.raises(LmprobeError, match=r"output directory gs://bucket/run.*pip install gcsfs"):
-        artifacts.check_writable("gs://bucket/run")
+        store.check_writable("gs://bucket/run")
     with pytest.raises(LmprobeError, match="gcsfs"):
-        artifacts.cached("gs://bucket/run/cache/x.npy", lambda: np.zeros(2))
+        store.cached("gs://bucket/run/cache/x.npy", lambda: np.zeros(2))
     assert os.listdir(tmp_path) == []  # never a ./gs:/bucket/run directory
 
 
 def test_a_url_mangled_by_os_path_is_refused(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(LmprobeError, match="lost a slash"):
-        artifacts.write_json(os.path.normpath("gs://bucket/run/results.json"), {})
+        store.write_json(os.path.normpath("gs://bucket/run/results.json"), {})
     assert os.listdir(tmp_path) == []
 
 
 def test_check_writable(tmp_path):
-    artifacts.check_writable(tmp_path / "new" / "run")  # created, probe removed
+    store.check_writable(tmp_path / "new" / "run")  # created, probe removed
     assert _files(tmp_path) == [] and (tmp_path / "new" / "run").is_dir()
     (tmp_path / "file").write_text("x")
     with pytest.raises(LmprobeError, match="is a file"):
-        artifacts.check_writable(tmp_path / "file")
+        store.check_writable(tmp_path / "file")
 
 
 def test_cached_computes_once_then_loads(tmp_path):
@@ -80,52 +81,52 @@ def test_cached_computes_once_then_loads(tmp_path):
         calls.append(1)
         return np.arange(6, dtype=np.float32).reshape(2, 3)
 
-    path = artifacts.join(str(tmp_path), "cache", "x.npy")
-    first = artifacts.cached(path, compute)
-    again = artifacts.cached(path, compute)
+    path = store.join(str(tmp_path), "cache", "x.npy")
+    first = store.cached(path, compute)
+    again = store.cached(path, compute)
     assert len(calls) == 1 and again.dtype == np.float32
     np.testing.assert_array_equal(first, again)
     assert _files(tmp_path) == ["cache/x.npy"]
 
-    rows = artifacts.cached_json(artifacts.join(str(tmp_path), "cache", "y.json"), lambda: (1, 2),
+    rows = store.cached_json(store.join(str(tmp_path), "cache", "y.json"), lambda: (1, 2),
                                  encode=list, decode=tuple)
     assert rows == (1, 2)
-    assert artifacts.cached_json(str(tmp_path / "cache" / "y.json"), lambda: pytest.fail("recomputed"),
+    assert store.cached_json(str(tmp_path / "cache" / "y.json"), lambda: pytest.fail("recomputed"),
                                  encode=list, decode=tuple) == (1, 2)
 
 
 def test_cache_branch_follows_process_0_not_the_local_view(tmp_path, monkeypatch):
     """Every process takes process 0's branch: computing runs collectives."""
     path = str(tmp_path / "x.npy")
-    artifacts.cached(path, lambda: np.ones(3))
+    store.cached(path, lambda: np.ones(3))
     before = os.stat(path).st_mtime_ns
 
     # another process: the file is on its disk, but it is not process 0, whose "missing" it follows
     monkeypatch.setattr(runtime, "is_main", lambda: False)
-    monkeypatch.setattr(artifacts, "_share", lambda value: artifacts._MISSING)
-    out = artifacts.cached(path, lambda: np.full(3, 7.0))
+    monkeypatch.setattr(store, "_share", lambda value: store._MISSING)
+    out = store.cached(path, lambda: np.full(3, 7.0))
     np.testing.assert_array_equal(out, np.full(3, 7.0))  # computed, as process 0 does
     assert os.stat(path).st_mtime_ns == before  # and written by process 0 only
-    artifacts.write_json(tmp_path / "r.json", {})
+    store.write_json(tmp_path / "r.json", {})
     plots.save_figure(plots.plt.figure(), str(tmp_path / "f.png"))
     assert _files(tmp_path) == ["x.npy"]
 
     # another process, process 0 has the cache: it loads process 0's bytes, never computes
-    monkeypatch.setattr(artifacts, "_share", lambda value: artifacts._SAVED)
-    monkeypatch.setattr(artifacts, "_broadcast_bytes", lambda data: artifacts._npy_bytes(np.full(3, 5.0)))
-    np.testing.assert_array_equal(artifacts.cached(str(tmp_path / "absent.npy"), lambda: pytest.fail("computed")),
+    monkeypatch.setattr(store, "_share", lambda value: store._SAVED)
+    monkeypatch.setattr(store, "_broadcast_bytes", lambda data: store._npy_bytes(np.full(3, 5.0)))
+    np.testing.assert_array_equal(store.cached(str(tmp_path / "absent.npy"), lambda: pytest.fail("computed")),
                                   np.full(3, 5.0))
 
 
 def test_a_failed_cache_write_fails_every_process(tmp_path, monkeypatch):
     (tmp_path / "cache").write_text("a file where the cache directory should be")
     with pytest.raises(LmprobeError, match="cannot write"):
-        artifacts.cached(str(tmp_path / "cache" / "x.npy"), lambda: np.ones(2))
+        store.cached(str(tmp_path / "cache" / "x.npy"), lambda: np.ones(2))
     # a process other than 0 raises too (process 0 shares its failure through agree)
     monkeypatch.setattr(runtime, "is_main", lambda: False)
     monkeypatch.setattr(runtime, "agree", lambda flag: False)
     with pytest.raises(LmprobeError, match="process 0 could not write"):
-        artifacts.cached(str(tmp_path / "other.npy"), lambda: np.ones(2))
+        store.cached(str(tmp_path / "other.npy"), lambda: np.ones(2))
 
 
 def test_save_figure_writes_through_epath(tmp_path):
@@ -143,10 +144,10 @@ def _results(started, score):
 def test_write_results_keeps_an_earlier_run_and_replaces_the_same_run(tmp_path):
     path = tmp_path / "results.json"
     first, second = "2024-05-01T12:00:00.500000+00:00", "2024-05-02T08:30:00.100000+00:00"
-    artifacts.write_results(path, _results(first, 1))
-    artifacts.write_results(path, _results(first, 2))  # the same run again (BYOD after every model)
+    store.write_results(path, _results(first, 1))
+    store.write_results(path, _results(first, 2))  # the same run again (BYOD after every model)
     assert _files(tmp_path) == ["results.json"] and json.loads(path.read_text())["score"] == 2
-    artifacts.write_results(path, _results(second, 3))
+    store.write_results(path, _results(second, 3))
     assert _files(tmp_path) == ["results-20240501T120000Z.json", "results.json"]
     assert json.loads((tmp_path / "results-20240501T120000Z.json").read_text())["score"] == 2
     assert json.loads(path.read_text())["score"] == 3
@@ -157,17 +158,17 @@ def test_write_results_never_overwrites_history_and_stamps_files_without_run_inf
     path.write_text('{"score": 0}')  # an old results.json without run_info: its mtime names it
     os.utime(path, (1714564800, 1714564800))  # 2024-05-01T12:00:00Z
     (tmp_path / "results-20240501T120000Z.json").write_text("{}")
-    artifacts.write_results(path, _results("2024-06-01T00:00:00+00:00", 1))
+    store.write_results(path, _results("2024-06-01T00:00:00+00:00", 1))
     assert json.loads((tmp_path / "results-20240501T120000Z-1.json").read_text()) == {"score": 0}
     assert (tmp_path / "results-20240501T120000Z.json").read_text() == "{}"
     path.write_text("not json")  # unreadable: kept too
-    artifacts.write_results(path, _results("2024-06-01T00:00:00+00:00", 2))
+    store.write_results(path, _results("2024-06-01T00:00:00+00:00", 2))
     assert len([f for f in _files(tmp_path) if f.startswith("results-")]) == 3
 
 
 def test_write_results_writes_nothing_on_other_processes(tmp_path, monkeypatch):
     monkeypatch.setattr(runtime, "is_main", lambda: False)
-    artifacts.write_results(tmp_path / "results.json", _results("x", 1))
+    store.write_results(tmp_path / "results.json", _results("x", 1))
     assert _files(tmp_path) == []
 
 
@@ -190,12 +191,12 @@ def _strict_loads(text: str):
 @pytest.mark.parametrize("name, truncate", [("x.npy", 40), ("x.npy", 0), ("y.json", 5), ("y.json", 0)])
 def test_a_truncated_or_empty_cache_entry_is_discarded_and_recomputed(tmp_path, records, name, truncate):
     path = tmp_path / "cache" / name
-    fetch = artifacts.cached if name.endswith(".npy") else artifacts.cached_json
+    fetch = store.cached if name.endswith(".npy") else store.cached_json
     value = np.arange(64.0) if name.endswith(".npy") else {"scores": list(range(64))}
     fetch(str(path), lambda: value)
     path.write_bytes(path.read_bytes()[:truncate])
     calls = []
-    with artifacts.cache_use() as use:
+    with store.cache_use() as use:
         again = fetch(str(path), lambda: calls.append(1) or value)
     assert calls == [1] and use.misses == 1 and use.hits == 0
     np.testing.assert_array_equal(again if name.endswith(".npy") else again["scores"],
@@ -210,22 +211,22 @@ def test_a_corrupt_entry_on_process_0_makes_every_process_recompute(tmp_path, mo
     path = tmp_path / "x.npy"
     path.write_bytes(b"")  # process 0 finds it unreadable and shares 'missing': the others compute too
     shared = []
-    real_share = artifacts._share
-    monkeypatch.setattr(artifacts, "_share", lambda value: shared.append(value) or real_share(value))
-    np.testing.assert_array_equal(artifacts.cached(str(path), lambda: np.ones(2)), np.ones(2))
-    assert shared == [artifacts._MISSING]
+    real_share = store._share
+    monkeypatch.setattr(store, "_share", lambda value: shared.append(value) or real_share(value))
+    np.testing.assert_array_equal(store.cached(str(path), lambda: np.ones(2)), np.ones(2))
+    assert shared == [store._MISSING]
 
 
 def test_cache_use_counts_hits_and_logs_them_and_stages_record_them(tmp_path, records):
     path = str(tmp_path / "a.npy")
-    stages = artifacts.Stages({"generation": 1.5})
+    stages = store.Stages({"generation": 1.5})
     with stages("embedding", "m: embedding") as use:
-        artifacts.cached(path, lambda: np.ones(2))
+        store.cached(path, lambda: np.ones(2))
     assert use.to_json() == {"hits": 0, "entries": 1} and stages.cached == {}
     with stages("embedding", "m: embedding") as use:
-        with artifacts.cache_use() as inner:  # nested blocks count too
-            artifacts.cached(path, lambda: pytest.fail("recomputed"))
-        artifacts.cached(str(tmp_path / "b.npy"), lambda: np.zeros(2))
+        with store.cache_use() as inner:  # nested blocks count too
+            store.cached(path, lambda: pytest.fail("recomputed"))
+        store.cached(str(tmp_path / "b.npy"), lambda: np.zeros(2))
     assert inner.hits == 1 and use.to_json() == {"hits": 1, "entries": 2}
     assert stages.cached == {"embedding": {"hits": 1, "entries": 2}} and set(stages.seconds) == {"generation",
                                                                                                 "embedding"}
@@ -236,9 +237,9 @@ def test_json_files_are_strict_and_undefined_numbers_are_null(tmp_path):
     data = {"nan": float("nan"), "inf": float("-inf"), "np": np.float32("nan"), "array": np.array([1.0, np.inf]),
             "ok": np.int64(3), "nested": [{"x": (np.nan, 2.5)}], "std_error": None,
             "std_error_note": "undefined with one trial"}
-    artifacts.write_results(tmp_path / "results.json", {**data, "run_info": {"started": "x"}})
-    artifacts.write_json(tmp_path / "plain.json", data)
-    artifacts.write_jsonl(tmp_path / "samples.jsonl", [data, {"score": np.float64("nan")}])
+    store.write_results(tmp_path / "results.json", {**data, "run_info": {"started": "x"}})
+    store.write_json(tmp_path / "plain.json", data)
+    store.write_jsonl(tmp_path / "samples.jsonl", [data, {"score": np.float64("nan")}])
     expected = {"nan": None, "inf": None, "np": None, "array": [1.0, None], "ok": 3, "nested": [{"x": [None, 2.5]}],
                 "std_error": None, "std_error_note": "undefined with one trial"}
     assert _strict_loads((tmp_path / "results.json").read_text()) == {**expected, "run_info": {"started": "x"}}
@@ -249,6 +250,6 @@ def test_json_files_are_strict_and_undefined_numbers_are_null(tmp_path):
 
 def test_cache_entries_keep_nan_so_a_resumed_run_computes_what_the_first_did(tmp_path):
     path = str(tmp_path / "c.json")
-    artifacts.cached_json(path, lambda: {"gap": float("nan")})
-    again = artifacts.cached_json(path, lambda: pytest.fail("recomputed"))
+    store.cached_json(path, lambda: {"gap": float("nan")})
+    again = store.cached_json(path, lambda: pytest.fail("recomputed"))
     assert np.isnan(again["gap"])

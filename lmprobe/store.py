@@ -67,7 +67,7 @@ def epath_of(path):
     text = str(path)
     if _MANGLED_URL.match(text):
         raise LmprobeError(f"{text!r} looks like a URL that lost a slash (joined with os.path?): "
-                           "write it as scheme://bucket/path and join with lmprobe.report.artifacts.join")
+                           "write it as scheme://bucket/path and join with lmprobe.store.join")
     return epath.Path(text)
 
 

@@ -2,7 +2,7 @@
 
 import math
 
-from lmprobe.report import text
+from lmprobe import text
 
 
 def test_plural_and_undefined_numbers():
