@@ -29,6 +29,7 @@ from lmprobe.checkpoints import orbax_io
 from lmprobe.checkpoints.discover import Found
 from lmprobe.engine import Scorer, make_mesh, model_identity
 from lmprobe.errors import LmprobeError
+from lmprobe.models import CallableLM
 
 HIDDEN = ("syntextbench", "synbench")  # sweep methods that read hidden states
 
@@ -106,7 +107,7 @@ class OwnModel:
     def scorer(self, found: Found) -> Scorer:
         """A Scorer of ``found``'s model, identified by the function and the step's files (cache keys).
         One Scorer serves every step: later steps' weights are swapped in (``Scorer.update``), so its
-        compiled programs are reused."""
+        compiled programs are reused (for a CallableLM: its params, run by the first step's apply)."""
         if self.last is not None and self.last[0] == found.path:
             return self.last[1]
         model = self.model(found)
@@ -115,7 +116,8 @@ class OwnModel:
         if self.last is not None:
             scorer = self.last[1]
             self.last = None  # the previous weights go when the new ones are in
-            scorer.update(model, identity=about)
+            # a CallableLM's params: the first step's function runs them (build may make a new closure each call)
+            scorer.update(model.params.get_value() if isinstance(model, CallableLM) else model, identity=about)
             self.last = (found.path, scorer)
             return scorer
         scorer = Scorer(model, self.tokenizer, mesh=self.mesh, batch_size=self.batch_size, identity=about)

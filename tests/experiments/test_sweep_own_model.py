@@ -36,6 +36,9 @@ def apply(p, ids, mask):
 def build(params):
     return CallableLM(apply, params, max_length=32)
 
+def closure(params):  # a new function object at every step
+    return CallableLM(lambda p, ids, mask: apply(p, ids, mask), params, max_length=32)
+
 def half_vocab(params):
     return CallableLM(lambda p, ids, mask: apply(p, ids, mask)[0][..., :128], params, max_length=32)
 
@@ -88,8 +91,8 @@ def reference_loss(p, tokenizer) -> float:
     return nll / tokens
 
 
-def run(ckpt, out, *extra) -> dict:
-    sweep.main([f"--checkpoints={ckpt}", f"--output_dir={out}", "--model_fn=tinygpt:build", *QUICK, *extra])
+def run(ckpt, out, *extra, fn: str = "build") -> dict:
+    sweep.main([f"--checkpoints={ckpt}", f"--output_dir={out}", f"--model_fn=tinygpt:{fn}", *QUICK, *extra])
     return json.loads((out / "results.json").read_text())
 
 
@@ -97,7 +100,7 @@ def test_manager_steps_and_a_single_checkpoint_are_swept(user, tiny_llama_dir):
     trees = {10: params(0), 20: params(1)}
     manager_steps(user / "ckpt", trees)
     extra = [f"--tokenizer={tiny_llama_dir}", "--heldout=heldout.jsonl"]
-    rows = run(user / "ckpt", user / "out", *extra)["rows"]
+    rows = run(user / "ckpt", user / "out", *extra, fn="closure")["rows"]
     assert [(r["step"], r["format"]) for r in rows] == [(10, "orbax-standard"), (20, "orbax-standard")]
     own = OwnModel("tinygpt:build", str(tiny_llama_dir))
     for row, p in zip(rows, trees.values()):
