@@ -6,6 +6,7 @@ import re
 import time
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
@@ -144,3 +145,37 @@ def test_methods_the_model_cannot_run_are_refused_before_any_work(tokenizer, tmp
         nnx.merge(graphdef, p)(ids, mask)), params, max_length=256)
     with pytest.raises(LmprobeError, match="synbench needs the model's token embeddings"):
         ProxyCallback(tokenizer, methods=("synbench", "heldout_loss"), heldout_texts=4)(0, with_hidden)
+
+
+class OwnDecoder(nnx.Module):
+    """A decoder of the user's own (no lmprobe family): embeddings, a causal running mean, a tied head."""
+
+    def __init__(self, vocab, rngs):
+        self.embed = nnx.Embed(vocab, 16, rngs=rngs)
+
+    def __call__(self, input_ids, attention_mask):
+        h = self.embed(input_ids)
+        h = jnp.cumsum(h * attention_mask[..., None], axis=1) / jnp.arange(1, h.shape[1] + 1)[:, None]
+        return self.embed.attend(h), h
+
+
+def test_a_foreign_nnx_module_is_probed_as_it_trains(tokenizer, tmp_path):
+    """The module itself on every call (the trainer's nnx.Optimizer updates it in place): new numbers,
+    no new compilation, and the held-out loss of the module's own forward pass."""
+    module = OwnDecoder(len(tokenizer), nnx.Rngs(0))
+    probe = ProxyCallback(tokenizer, tmp_path, methods=("heldout_loss", "byod_word_order"), heldout_texts=4,
+                          examples=8, max_length=64)
+    first = probe(0, module)
+    traces = sum(probe.compilations.values())
+    module.embed.embedding[...] = module.embed.embedding[...] * 1.5  # a training step, in place
+    second = probe(1, module)
+    assert sum(probe.compilations.values()) == traces and first["heldout_loss"] != second["heldout_loss"]
+    graphdef, state = nnx.split(module)
+
+    class Out:  # the module's outputs as reference_heldout_loss reads them
+        def __init__(self, logits):
+            self.logits = logits
+
+    reference = reference_heldout_loss(lambda ids, mask: Out(nnx.merge(graphdef, state)(ids, mask)[0]), tokenizer,
+                                       probe.heldout, probe.heldout_chars)
+    assert second["heldout_loss"] == pytest.approx(reference, rel=1e-4)
