@@ -14,11 +14,13 @@ import math
 
 import jax
 import jax.numpy as jnp
+from flax.core import spmd
 
 import kernels
 from lmprobe.engine.packing import PADDING, visibility
 from lmprobe.errors import LmprobeError
 from lmprobe.models import family_of
+from lmprobe.models.axes import BATCH
 
 # Positions per LM-head slice when scoring every token, at most: slices of ~128 rows run the head's matmul
 # near its best rate on CPU, 32-row slices well below it (docs/performance.md).
@@ -56,10 +58,22 @@ def logprobs(model, h, targets):
 def head_slice(model, batch: int, length: int) -> int:
     """Positions per LM-head slice over ``length`` positions of ``batch`` rows: a power of two dividing
     ``length`` (buckets are multiples of 4: powers of two and 1.5x), at most TIME_CHUNK, and small enough that
-    the slice's float32 logits stay within LOGITS_BYTES (smollm2-135m, 16 rows: 8 positions, 25 MB, where
-    32 held 100 MB)."""
-    fits = max(1, LOGITS_BYTES // (4 * batch * model.config.vocab_size))
+    the slice's float32 logits stay within LOGITS_BYTES on a device (smollm2-135m, 16 rows: 8 positions,
+    25 MB, where 32 held 100 MB). Traced on a mesh, a device holds its share of the rows: each slice reads
+    the whole head, so slices sized for all rows would read it once per device per few positions."""
+    rows = -(-batch // batch_split())
+    fits = max(1, LOGITS_BYTES // (4 * rows * model.config.vocab_size))
     return math.gcd(length, min(TIME_CHUNK, 1 << (fits.bit_length() - 1)))
+
+
+def batch_split() -> int:
+    """How many ways the rows being traced are split over devices: the mesh axes the engine's rules
+    put the batch on (lmprobe.engine.mesh.tracing_on), 1 outside them."""
+    mesh = jax.sharding.get_abstract_mesh()
+    axes = dict(spmd.get_logical_axis_rules()).get(BATCH)
+    if mesh.empty or axes is None:
+        return 1
+    return math.prod(mesh.shape[a] for a in ((axes,) if isinstance(axes, str) else axes))
 
 
 def packed_hidden(model, ids, segments, positions, *, packed=True):

@@ -33,3 +33,14 @@ def test_small_slices_give_the_same_log_probabilities(tiny_llama_dir, monkeypatc
     monkeypatch.setattr(steps, "LOGITS_BYTES", 1)  # one position per slice: another program, the same numbers
     for a, b in zip(Scorer(loaded.model, mesh=mesh, batch_size=2).score(texts).token_logprobs, whole, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_a_slice_is_sized_for_the_rows_a_device_holds():
+    """Traced for 8 devices, 128 rows are 16 a device: the slice of 16 rows, not of 128."""
+    from lmprobe.engine.mesh import tracing_on
+
+    sixteen = steps.head_slice(Model(), 16, 96)
+    with tracing_on(make_mesh(1)):  # data=8
+        assert steps.batch_split() == 8
+        assert steps.head_slice(Model(), 128, 96) == sixteen == 8
+    assert steps.batch_split() == 1 and steps.head_slice(Model(), 128, 96) == 1
