@@ -81,7 +81,7 @@ def _hub_cache(root: str) -> list[dict]:
 
 
 def model_catalog() -> dict:
-    from lmprobe import installed
+    from lmprobe import markers
     from lmprobe.checkpoints import aliases, configs, hub, ladder
     from lmprobe.checkpoints.embedded import EMBEDDED, embedded_path
 
@@ -91,7 +91,7 @@ def model_catalog() -> dict:
     return {
         "embedded": [{"name": name, "package": req, **_check(lambda name=name: embedded_path(name), "installed")}
                      for name, (_, req, _) in EMBEDDED.items()],
-        "ladder": [{"alias": a.alias, "model": a.model, "bytes": a.size, "install": installed.install_command(a.alias),
+        "ladder": [{"alias": a.alias, "model": a.model, "bytes": a.size, "install": markers.install_command(a.alias),
                     **_check(lambda a=a: ladder.ladder_path(a.alias), "installed")} for a in ladder.ASSETS.values()],
         "aliases": [{"alias": a, "hub_id": repo, "shipped_config": configs.path_of(a) is not None,
                      "cached": repo.lower() in repos} for a, repo in sorted(aliases.ALIASES.items())],

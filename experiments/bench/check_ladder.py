@@ -220,7 +220,7 @@ def check_encoder(alias: str) -> dict:
 def run_one(alias: str) -> dict:
     from lmprobe.checkpoints.ladder import ASSETS, ladder_path
     from lmprobe.errors import CheckpointError
-    from lmprobe.installed import install_command
+    from lmprobe.markers import install_command
 
     if alias in ASSETS:
         try:

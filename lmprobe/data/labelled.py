@@ -54,7 +54,7 @@ from lmprobe.data import assets as data_assets
 from lmprobe.data import corpus as corpus_lib
 from lmprobe.data.lexicons import package_file
 from lmprobe.errors import LmprobeError
-from lmprobe.installed import install_command
+from lmprobe.markers import install_command
 
 DEFAULT = "rt-polarity"  # load_labelled() with no spec
 NAMED = ("rt-polarity", "rt-reviews", "tweets-sentiment")

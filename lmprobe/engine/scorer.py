@@ -317,9 +317,9 @@ class Scorer:
             if bad:
                 raise LmprobeError(f"input {i} has token id {bad[0]} outside the vocabulary "
                                    f"[0, {self.vocab_size}): use ids from this model's tokenizer")
-        return [self.fit(i, s) for i, s in enumerate(seqs)]
+        return [self.cut_to_context(i, s) for i, s in enumerate(seqs)]
 
-    def fit(self, i: int, seq: list[int], limit: int | None = None, keep: str = "first") -> list[int]:
+    def cut_to_context(self, i: int, seq: list[int], limit: int | None = None, keep: str = "first") -> list[int]:
         """Input ``i``'s ids ``seq`` cut to ``limit`` tokens (the context by default), keeping the
         ``first`` or the ``last`` ones, and counted in ``truncated``; or an error (truncate=False)."""
         limit = limit or self.max_length
@@ -561,7 +561,7 @@ class Scorer:
         rows seeded by their prompt's index; ``memo`` filled from a step with the prompts' hidden
         states (prompt_hidden); ``allowed``: one checked mask per prompt (``allowed_rows``); ``stop_ids``:
         checked ids that end a row (given: the step takes a [vocab_size] bool mask after ``allowed``)."""
-        seqs = [self.fit(i, s, room, keep="last") for i, s in enumerate(self.encode(prompts))]
+        seqs = [self.cut_to_context(i, s, room, keep="last") for i, s in enumerate(self.encode(prompts))]
         if not seqs:
             return []
         if eos_id is None and self.tokenizer is not None:

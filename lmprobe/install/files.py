@@ -9,7 +9,7 @@ import os
 import shutil
 import tempfile
 
-from lmprobe import installed
+from lmprobe import markers
 from lmprobe.errors import LmprobeError
 
 BLOCK = 1 << 20  # bytes per read while joining and hashing
@@ -62,7 +62,7 @@ def verify(asset, what: str, got: tuple[str, int], sha256: str, size: int) -> No
     if got != (sha256, size):
         raise AssetError(
             f"{asset.alias}: the {what} has sha256 {got[0]} ({got[1]:,} bytes), not the pinned {sha256} "
-            f"({size:,} bytes); nothing was installed. Rerun `{installed.install_command(asset.alias)}` (the "
+            f"({size:,} bytes); nothing was installed. Rerun `{markers.install_command(asset.alias)}` (the "
             "downloads are fetched again); if it fails again the upload changed: check it, then update the pin "
             f"in {type(asset).__module__.replace('.', '/')}.py"
         )

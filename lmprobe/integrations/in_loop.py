@@ -18,7 +18,8 @@ the same again (or the CallableLM's params). The first call checks the methods a
 model gives (hidden states, token embeddings) before any work: one error naming those it cannot run.
 Each call appends one row (step, UTC time, seconds, every metric, seconds per method, and
 ``traces``: the engine's compilations so far, constant after the first call) to
-RUN_DIR/proxies.jsonl on process 0, in one write, flushed and synced: a crash mid-write leaves the earlier rows whole (``read_rows`` skips a torn last line).
+RUN_DIR/proxies.jsonl on process 0, in one write, flushed and synced: a crash mid-write leaves the
+earlier rows whole (``read_rows`` skips a torn last line).
 In a multi-process job every process calls the probe at the same steps (the queries are collective).
 Between calls the Scorer keeps a reference to the weights it last scored.
 

