@@ -21,6 +21,7 @@ from flax import nnx
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from lmprobe.errors import LmprobeError
+from lmprobe.models import layers
 from lmprobe.models.axes import BATCH, EMBED, HEAD_DIM, HEADS, KV_HEADS, LAYERS, LENGTH, MLP, POSITIONS, VOCAB
 
 DATA, MODEL = "data", "model"
@@ -30,16 +31,19 @@ TENSOR_PARALLEL = {VOCAB: MODEL, HEADS: MODEL, KV_HEADS: MODEL, MLP: MODEL,
                    EMBED: None, HEAD_DIM: None, LAYERS: None, POSITIONS: None}
 FSDP = {**TENSOR_PARALLEL, EMBED: DATA}
 RULES = {"tp": TENSOR_PARALLEL, "fsdp": FSDP}
-# Activations between layers: batch over 'data', the rest whole (lmprobe.models.layers.constrain).
-ACTIVATION_RULES = ((BATCH, DATA), (LENGTH, None), (EMBED, None))
+# Activations between layers: batch over 'data', the rest whole (lmprobe.models.layers.constrain); attention's
+# heads over 'model' (its Pallas kernels' shard_map), where the mesh has that axis.
+ACTIVATION_RULES = ((BATCH, DATA), (LENGTH, None), (EMBED, None), (HEADS, MODEL))
 
 
 @contextlib.contextmanager
 def tracing_on(mesh: Mesh, data_axes: tuple[str, ...] = (DATA,)):
-    """The context a model step is traced in: ``mesh`` and the activation rules (the batch over
-    ``data_axes``), so that the models' activation constraints apply (outside it they are no-ops)."""
+    """The context a model step is traced in: ``mesh``, the activation rules (the batch over
+    ``data_axes``), so that the models' activation constraints apply (outside it they are no-ops),
+    and the platform of the mesh's devices (a TPU topology's too: its attention is Pallas')."""
     rules = ((BATCH, _axis(data_axes)), *ACTIVATION_RULES[1:])
-    with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), nnx.logical_axis_rules(rules):
+    with (jax.sharding.use_abstract_mesh(mesh.abstract_mesh), nnx.logical_axis_rules(rules),
+          layers.traced_for(layers.platform_of(mesh.devices.flat[0]))):
         yield
 
 

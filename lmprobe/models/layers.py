@@ -8,6 +8,8 @@ Softmax, norms and logits run in fp32 whatever the compute dtype.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import functools
 from collections.abc import Callable
@@ -19,7 +21,7 @@ import numpy as np
 from flax import nnx
 from flax.core import spmd
 
-from lmprobe.models.axes import BATCH, EMBED, LAYERS, LENGTH, VOCAB
+from lmprobe.models.axes import BATCH, EMBED, HEADS, LAYERS, LENGTH, VOCAB
 
 Array = jax.Array
 _init = nnx.initializers.normal(0.02)
@@ -246,18 +248,47 @@ class Mask:
     positions: Array | None = None
 
 
+_TARGET: contextvars.ContextVar[str | None] = contextvars.ContextVar("lmprobe_attention_target", default=None)
+
+
+def platform_of(device) -> str:
+    """'cpu', 'tpu', 'cuda' (an NVIDIA GPU), or another GPU's platform: what attention keys on."""
+    if device.platform == "gpu":
+        return "cuda" if "cuda" in getattr(device.client, "platform_version", "").lower() else "gpu"
+    return device.platform
+
+
+@contextlib.contextmanager
+def traced_for(platform: str | None):
+    """Trace attention for devices of ``platform`` (``platform_of``'s names): Pallas kernels for
+    'tpu', cuDNN for 'cuda', whatever devices this process has. The engine sets it from its mesh
+    (lmprobe.engine.mesh.tracing_on), so that a step compiled ahead of time for a TPU topology on a
+    CPU host gets the TPU's kernels. None: the default backend's devices. jax caches traces by
+    function, shapes and mesh, not by this setting: trace a function anew after changing it
+    without changing the mesh."""
+    token = _TARGET.set(platform)
+    try:
+        yield
+    finally:
+        _TARGET.reset(token)
+
+
+def target_platform() -> str:
+    """The platform attention is traced for: ``traced_for``'s, else the default backend's."""
+    return _TARGET.get() or platform_of(jax.devices()[0])
+
+
 def attention_implementation(dtype, head_dim: int, num_queries: int = 2) -> str:
     """The jax.nn.dot_product_attention implementation for these inputs: 'cudnn' or 'xla'.
 
     'cudnn' (fused flash attention: no [T, S] scores in memory) on CUDA GPUs for bf16/fp16 inputs
     with head_dim a multiple of 8 and <= 128 and more than one query (decoding steps attend from
-    one query, cheap anyway); 'xla' otherwise: CPU, TPU, fp32. Both softmax in fp32.
+    one query, cheap anyway); 'xla' otherwise: CPU, TPU, fp32. Both softmax in fp32. (On TPU,
+    ``attention`` takes Pallas' splash attention where ``pallas_applies``.)
     """
     if num_queries < 2 or head_dim % 8 or head_dim > 128 or jnp.dtype(dtype) not in (jnp.bfloat16, jnp.float16):
         return "xla"
-    device = jax.local_devices()[0]
-    cuda = device.platform == "gpu" and "cuda" in getattr(device.client, "platform_version", "").lower()
-    return "cudnn" if cuda else "xla"
+    return "cudnn" if target_platform() == "cuda" else "xla"
 
 
 def _visible(mask: Mask, t: int, s: int, window: int | None, q_start=0, k_start=0) -> Array:
@@ -292,7 +323,7 @@ def blocked_causal_applies(impl: str, bias, causal_same_slots: bool, t: int) -> 
     'xla' path without a bias. Only the CPU's: on GPU (fp32) and TPU the tiled scan is unmeasured, so
     XLA's own attention stays."""
     return (impl == "xla" and bias is None and causal_same_slots and t >= BLOCKED_FROM
-            and jax.local_devices()[0].platform == "cpu")
+            and target_platform() == "cpu")
 
 
 def _blocked_causal(q: Array, k: Array, v: Array, mask: Mask, scale: float, window: int | None,
@@ -341,6 +372,94 @@ def _blocked_causal(q: Array, k: Array, v: Array, mask: Mask, scale: float, wind
     return out.transpose(1, 0, 4, 2, 3, 5).reshape(b, tiles * block, n, d)[:, :t].astype(q.dtype)
 
 
+PALLAS_BLOCKS = (512, 256, 128)  # splash attention's tile sizes, the largest dividing both lengths
+
+
+def pallas_applies(q: Array, k: Array, mask: Mask, window: int | None, bias, heads_first: bool) -> bool:
+    """Whether ``attention`` takes Pallas' splash attention (``pallas_attention``): traced for TPU
+    (``traced_for``), no score bias, queries from slot 0 (``mask.offset`` the int 0) over keys in
+    slots (``mask.keys`` [B, S] or None: padding as segment ids), a window only with causality, both
+    lengths multiples of 128. Else the XLA path (shorter rows, ALiBi / T5 biases, decoding steps,
+    packed rows' [B, T, S] masks)."""
+    s = k.shape[2] if heads_first else k.shape[1]
+    return (target_platform() == "tpu" and bias is None and isinstance(mask.offset, int) and mask.offset == 0
+            and (mask.keys is None or mask.keys.ndim == 2) and (window is None or mask.causal)
+            and q.shape[1] % PALLAS_BLOCKS[-1] == 0 and s % PALLAS_BLOCKS[-1] == 0)
+
+
+def _mesh_axes(batch: int, heads: int, kv_heads: int):
+    """The abstract mesh a step is traced on and the mesh axes of the batch and of the heads (the
+    activation rules' BATCH and HEADS, where they divide): None when there is no mesh."""
+    mesh = jax.sharding.get_abstract_mesh()
+    rules = dict(spmd.get_logical_axis_rules())
+    if mesh.empty or not rules:
+        return None, None, None
+
+    def size(axis):
+        names = (axis,) if isinstance(axis, str) else tuple(axis or ())
+        return int(np.prod([mesh.shape[a] for a in names])) if all(a in mesh.axis_names for a in names) else 0
+
+    batch_axis, head_axis = rules.get(BATCH), rules.get(HEADS)
+    batch_axis = batch_axis if batch_axis and size(batch_axis) and batch % size(batch_axis) == 0 else None
+    head_axis = (head_axis if head_axis and size(head_axis) and heads % size(head_axis) == 0
+                 and kv_heads % size(head_axis) == 0 else None)
+    return mesh, batch_axis, head_axis
+
+
+def pallas_attention(q: Array, k: Array, v: Array, mask: Mask, *, scale: float, window: int | None = None,
+                     heads_first: bool = False, interpret: bool = False) -> Array:
+    """``attention`` by Pallas' TPU splash attention kernel (flash style: no [T, S] scores in
+    memory), inside shard_map on the traced-on mesh: batch over the activation rules' BATCH axes,
+    heads over their HEADS axis ('model'). Causality and a sliding window are the kernel's static
+    mask; padding (``mask.keys`` [B, S]) goes in as segment ids (1 real, 0 padding: a padding query
+    sees padding keys only, its output unused). Grouped-query heads natively. ``interpret``: run
+    the kernel in Pallas' interpreter (any backend; tests on CPU). Inputs as ``pallas_applies``
+    admits them."""
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as splash
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as masks
+
+    b, t, n, d = q.shape
+    k, v = (x if heads_first else x.transpose(0, 2, 1, 3) for x in (k, v))  # [B, K, S, D], the kernel's layout
+    s, kv_heads = k.shape[2], k.shape[1]
+    q = (q.astype(jnp.float32) * jnp.float32(scale)).astype(q.dtype).transpose(0, 2, 1, 3)  # [B, N, T, D]
+    keys = None if mask.keys is None else mask.keys.astype(jnp.int32)
+    block_q = next(x for x in PALLAS_BLOCKS if t % x == 0)
+    block_kv = next(x for x in PALLAS_BLOCKS if s % x == 0)
+    blocks = splash.BlockSizes(block_q=block_q, block_kv=block_kv, block_kv_compute=block_kv,
+                               block_q_dkv=block_q, block_kv_dkv=block_kv, block_kv_dkv_compute=block_kv,
+                               block_q_dq=block_q, block_kv_dq=block_kv)
+    mesh, batch_axis, head_axis = _mesh_axes(b, n, kv_heads)
+
+    def local(q, k, v, keys):  # one device's rows and heads
+        if window is not None:
+            one = masks.LocalMask((t, s), window_size=(window - 1, 0), offset=0)
+        elif mask.causal:
+            one = masks.CausalMask((t, s))
+        else:
+            one = masks.FullMask((t, s))
+        kernel = splash.make_splash_mha(masks.MultiHeadMask([one] * q.shape[1]), block_sizes=blocks,
+                                        head_shards=1, q_seq_shards=1, interpret=interpret)
+        if keys is None:
+            return jax.vmap(kernel)(q, k, v)
+        segments = splash.SegmentIds(keys[:, :t], keys)
+        return jax.vmap(lambda q, k, v, ids: kernel(q, k, v, segment_ids=ids))(q, k, v, segments)
+
+    if q.dtype == jnp.bfloat16:  # bf16 dots take the default precision (Mosaic refuses an fp32 one on them)
+        kernel_call = local
+
+        def local(*args):
+            with jax.default_matmul_precision("default"):
+                return kernel_call(*args)
+
+    if mesh is not None:
+        heads_spec = jax.sharding.PartitionSpec(batch_axis, head_axis, None, None)
+        keys_spec = jax.sharding.PartitionSpec(batch_axis, None)
+        local = jax.shard_map(local, mesh=mesh, in_specs=(heads_spec, heads_spec, heads_spec,
+                                                          None if keys is None else keys_spec),
+                              out_specs=heads_spec, check_vma=False)
+    return local(q, k, v, keys).transpose(0, 2, 1, 3)
+
+
 def _attention_heads_first(q: Array, k: Array, v: Array, allowed: Array, scale: float, bias) -> Array:
     """jax.nn.dot_product_attention's 'xla' numerics for keys and values heads first [B, K, S, D]
     (a KV cache): both contractions take the cache as it is stored, with no transpose of it.
@@ -374,8 +493,12 @@ def attention(q: Array, k: Array, v: Array, mask: Mask, *, scale: float, window:
     takes the 'xla' implementation, which adds it to fp32 scores. On CPU, causal rows of at least
     ``BLOCKED_FROM`` tokens that would take the 'xla' path without a bias (same slots, ``keys``
     [B, S] or None) go by tiles instead, without [T, S] scores: the same result to fp32 rounding.
+    Traced for TPU (``traced_for``; the engine's ``tracing_on`` a TPU mesh), what ``pallas_applies``
+    admits goes to Pallas' splash attention (``pallas_attention``), the rest to XLA's.
     """
     k, v = k.astype(q.dtype), v.astype(q.dtype)
+    if pallas_applies(q, k, mask, window, bias, heads_first):
+        return pallas_attention(q, k, v, mask, scale=scale, window=window, heads_first=heads_first)
     if heads_first:
         return _attention_heads_first(q, k, v, _visible(mask, q.shape[1], k.shape[2], window), scale, bias)
     t, s = q.shape[1], k.shape[1]
