@@ -3,7 +3,8 @@
 ``discover(spec)``: ``spec`` is a directory or a glob. Found are lmprobe Orbax steps (a
 CheckpointManager directory's finished ``<step>/``: orbax writes a step under a temporary name and
 renames it when complete, so half-written steps are never listed), MaxText steps (``<step>/items/``,
-lmprobe.checkpoints.maxtext: a config.json beside them or in the run directory), Hugging Face directories
+lmprobe.checkpoints.maxtext: a config.json beside them or in the run directory), Levanter steps
+(``step-<n>/`` with metadata.json, written last: lmprobe.checkpoints.levanter), Hugging Face directories
 (config.json beside safetensors or pickled weights; the step from a ``step_123`` / ``checkpoint-123``
 / ``global_step123`` / ``123`` name, else the order index) and GGUF files (the same). Each found
 checkpoint has a ``fingerprint()`` of its files (lmprobe.checkpoints.fingerprint) for cache keys.
@@ -16,11 +17,11 @@ import os
 import re
 from typing import NamedTuple
 
-from lmprobe.checkpoints import fingerprint, orbax_io
+from lmprobe.checkpoints import fingerprint, levanter, orbax_io
 from lmprobe.checkpoints.base import listing
 from lmprobe.errors import CheckpointError
 
-HF, ORBAX, MAXTEXT, GGUF = "hf", "orbax", "maxtext", "gguf"
+HF, ORBAX, MAXTEXT, LEVANTER, GGUF = "hf", "orbax", "maxtext", "levanter", "gguf"
 _STEP = re.compile(r"(?:^|.*[^0-9a-z])(?:global_?step|checkpoint|ckpt|step|iter)[-_]?(\d+)(?:\.gguf)?|(\d+)(?:\.gguf)?",
                    re.I)
 # steps still being written: orbax's '<step>.orbax-checkpoint-tmp-*', the HF Trainer's 'tmp-checkpoint-*'
@@ -49,6 +50,8 @@ def fingerprint_of(found: Found) -> str:
         return fingerprint.tree_digest(os.path.join(found.path, orbax_io.PARAMS))
     if found.format == MAXTEXT:
         return fingerprint.tree_digest(os.path.join(found.path, _ITEMS))
+    if found.format == LEVANTER:
+        return fingerprint.tree_digest(os.path.join(found.path, levanter.ROOT))
     files = fingerprint.weight_files(found.path)
     return fingerprint.tree_digest(found.path) if not files else "|".join(
         fingerprint.file_digest(f) for f in files)
@@ -99,6 +102,12 @@ def _at(path: str) -> list[tuple[int | None, str, str]]:
         return [(s, os.path.join(path, str(s)), ORBAX) for s in orbax]
     if os.path.isdir(os.path.join(path, orbax_io.META)) and os.path.isdir(os.path.join(path, orbax_io.PARAMS)):
         return [(_step_of(path), path, ORBAX)]  # one step directory given by itself (or matched by a glob)
+    if levanter.is_step(path):
+        return [(_step_of(path), path, LEVANTER)]
+    runs = sorted(int(n[5:]) for n in os.listdir(path) if re.fullmatch(r"step-\d+", n)
+                  and levanter.is_step(os.path.join(path, n)))
+    if runs:  # a Levanter run directory
+        return [(s, os.path.join(path, f"step-{s}"), LEVANTER) for s in runs]
     if _is_maxtext_step(path):
         return [(_step_of(path), path, MAXTEXT)]
     numbered = sorted(int(n) for n in os.listdir(path) if n.isdigit() and _is_maxtext_step(os.path.join(path, n)))

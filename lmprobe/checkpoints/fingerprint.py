@@ -18,7 +18,7 @@ import json
 import os
 import re
 
-from lmprobe.checkpoints import pickle_io
+from lmprobe.checkpoints import levanter, pickle_io
 from lmprobe.checkpoints.base import read_weight_map
 from lmprobe.checkpoints.embedded import EMBEDDED
 from lmprobe.checkpoints.gguf_tokenizer import BUILDER_VERSION
@@ -45,6 +45,11 @@ def identity(checkpoint) -> dict:
         params = os.path.join(location, "params")
         info.update(format="orbax", step=orbax.step, root=orbax.root, weights_sha256=tree_digest(params),
                     weight_files=len(_tree(params)), tokenizer_sha256=_tokenizer_digest(orbax.tokenizer_dir))
+    elif levanter.is_step(location):  # TensorStore arrays under model/ (and the optimizer's state beside)
+        step = re.fullmatch(r"step-(\d+)", os.path.basename(location.rstrip(os.sep)))
+        info.update(format="levanter-tensorstore", weights_sha256=tree_digest(os.path.join(location, levanter.ROOT)),
+                    weight_files=len(_tree(os.path.join(location, levanter.ROOT))),
+                    **({"step": int(step.group(1))} if step else {}))
     elif not files and os.path.isdir(location):  # a MaxText checkpoint: an Orbax tree of arrays
         step = os.path.basename(os.path.dirname(location.rstrip(os.sep)))
         info.update(format="maxtext-orbax", weights_sha256=tree_digest(location), weight_files=len(_tree(location)),

@@ -126,3 +126,16 @@ def test_errors_name_the_leaf_and_the_config(tmp_path):
     os.rename(os.path.join(step, "norm-moved"), os.path.join(step, "model", "transformer", "norm"))
     with pytest.raises(CheckpointError, match=r"layer 3 on axis 0; the config.json beside it has more layers"):
         load(step, tokenizer=False)
+
+
+def test_a_run_is_discovered_step_by_step_with_its_identity(tmp_path):
+    from lmprobe.checkpoints import identity
+    from lmprobe.checkpoints.discover import discover
+
+    hf = randomize(LlamaForCausalLM(LLAMA))
+    first = write_run(tmp_path / "run", hf, LLAMA, "llama", scanned=True, step=100)
+    second = write_run(tmp_path / "run", hf, LLAMA, "llama", scanned=True, step=200)
+    found = discover(str(tmp_path / "run"))
+    assert [(f.step, f.path, f.format) for f in found] == [(100, first, "levanter"), (200, second, "levanter")]
+    info = identity(load(second, tokenizer=False).checkpoint)
+    assert info["format"] == "levanter-tensorstore" and info["step"] == 200 and info["weights_sha256"]
