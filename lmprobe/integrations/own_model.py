@@ -167,10 +167,15 @@ def _function(spec):
 
 
 def _tokenizer(name):
+    """The tokenizer of a directory holding one (tokenizer.save_pretrained), else of a model name or path."""
     from lmprobe.checkpoints.resolve import resolve
+    from lmprobe.checkpoints.tokenizer import TOKENIZER_FILES, directory_tokenizer
 
+    name = os.fspath(name)
     try:
-        return resolve(os.fspath(name)).tokenizer()
+        if os.path.isdir(name) and any(os.path.isfile(os.path.join(name, f)) for f in TOKENIZER_FILES):
+            return directory_tokenizer(name)
+        return resolve(name).tokenizer()
     except LmprobeError as e:
         raise LmprobeError(f"--tokenizer={name}: {e}") from e
 

@@ -142,7 +142,9 @@ def test_bad_inputs_are_one_line_exit_2_and_write_nothing(user, tiny_llama_dir, 
     fn = {"no_module": "nosuch:build", "raises": "tinygpt:broken", "returns": "tinygpt:wrong",
           "vocab": "tinygpt:half_vocab"}.get(case, "tinygpt:build")
     argv = [f"--checkpoints={user / 'ckpt'}", f"--output_dir={user / 'out'}", f"--model_fn={fn}", *QUICK]
-    argv += [] if case == "no_tokenizer" else [f"--tokenizer={tiny_llama_dir}"]
+    tokenizer = user / "tokenizer"  # a tokenizer saved alone (save_pretrained), no model beside it
+    OwnModel("tinygpt:build", str(tiny_llama_dir)).tokenizer.save_pretrained(tokenizer)
+    argv += [] if case == "no_tokenizer" else [f"--tokenizer={tokenizer}"]
     argv += ["--methods=byod,synbench"] if case == "synbench" else []
     with pytest.raises(SystemExit) as stop:
         sweep.main(argv)
