@@ -138,7 +138,7 @@ class OwnModel:
         if "synbench" in methods and "synbench" not in why:
             why["synbench"] = "the model's token embeddings, which a model of your own does not expose"
         if why:
-            keep = ",".join(m for m in methods if m not in why)
+            keep = ",".join(dict.fromkeys(m for m in methods if m not in why))
             raise LmprobeError(f"--methods: {'; '.join(f'{m} needs {r}' for m, r in why.items())}: "
                                + (f"use --methods={keep}" if keep else "give other methods"))
         return scorer
