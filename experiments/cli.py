@@ -30,6 +30,7 @@ from lmprobe.errors import LmprobeError
 
 log = _logging.get("experiments")
 SHARED, FRONT_END = "shared (the same in every front end)", "front end"
+FLAGS: dict[str, str] = {}  # the parsed front end's settings -> flag names: its errors speak in flags
 EPILOG = """\
 lists: repeat the flag or use commas (--model=a,b --model=c); optional values take 'none'; booleans
 are --flag / --no_flag. --config=FILE reads flags from YAML or JSON (the same names; lists as lists);
@@ -96,6 +97,8 @@ def parse(p: flags.Parser, argv=None):
     """``p.parse_args(argv)``, then join the multi-process job if this is one (before any device
     is touched: a device query first would fix a one-process job), then set up logging."""
     args = p.parse_args(argv)
+    FLAGS.clear()
+    FLAGS.update(p.settings)
     runtime.initialize_distributed()
     _logging.setup(args.verbosity, is_main=runtime.is_main)
     return args
@@ -223,7 +226,7 @@ def main_guard(fn):
         try:
             return fn(*args, **kwargs)
         except LmprobeError as e:
-            print(f"error: {e}", file=sys.stderr)
+            print(f"error: {flags.as_flags(str(e), FLAGS)}", file=sys.stderr)
             sys.exit(2)
         except KeyboardInterrupt as e:
             print(interrupted_line(), file=sys.stderr)

@@ -31,6 +31,7 @@ import inspect
 import io
 import json
 import math
+import re
 import sys
 import textwrap
 import tokenize
@@ -176,6 +177,7 @@ class Parser(argparse.ArgumentParser):
                                "flags given on the command line override it")
         self._groups: dict[str, argparse._ArgumentGroup] = {}
         self.trailing: tuple[str, ...] = ()  # group titles --help lists last
+        self.settings: dict[str, str] = {}  # a dataclass field -> its flag's name (flags.add), for as_flags
 
     def has_flag(self, flag: str) -> bool:
         """Whether an argument already takes option string ``flag`` ('--seed')."""
@@ -322,6 +324,25 @@ def comments(cls) -> dict[str, str]:
     return out
 
 
+SETTING = re.compile(r"`([a-z][a-z0-9_]*)(?:=([^`\s]*))?`")  # a setting as the library's errors name it
+
+
+def as_flags(message: str, settings: dict[str, str]) -> str:
+    """A library error, which names settings as `name` or `name=value` (its Python API), in a front
+    end's flags: `model_parallel=2` -> --model_parallel=2, `generate=False` -> --no_generate; a setting
+    the front end has no flag for stays as written."""
+    def flag(match: re.Match) -> str:
+        name, value = match.group(1), match.group(2)
+        if name not in settings:
+            return match.group(0)
+        option = settings[name]
+        if value in ("True", "False"):
+            return f"--{option}" if value == "True" else f"--no_{option}"
+        return f"--{option}" + ("" if value is None else f"={value}")
+
+    return SETTING.sub(flag, message)
+
+
 def add(parser: Parser, cls, *, group: str | None = None, help: dict | None = None, names: dict | None = None,
         aliases: dict | None = None, choices: dict | None = None, convert: dict | None = None,
         defaults: dict | None = None, shared=()) -> Flags:
@@ -341,6 +362,7 @@ def add(parser: Parser, cls, *, group: str | None = None, help: dict | None = No
             continue
         name = names.get(f.name, f.name)
         dests[f.name] = name
+        parser.settings.setdefault(f.name, name)
         flag = f"--{name}"
         if parser.has_flag(flag):
             if f.name in shared:  # reads the parser's flag (--seed)

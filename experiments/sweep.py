@@ -263,7 +263,7 @@ def own_model(args) -> OwnModel:
 def main(argv=None):
     run = cli.Run(argv)
     args = run.parse(build_parser())
-    proxies.check(args.methods, "--methods")
+    proxies.check(args.methods, "methods")
     if not args.checkpoints:
         raise LmprobeError("give the checkpoints to sweep: --checkpoints=DIR (a trainer's output) or a glob")
     started = time.perf_counter()

@@ -226,7 +226,7 @@ def _jsonl_texts(path: str, column: str) -> Iterator[str]:
             keys = sorted(row) if isinstance(row, dict) else type(row).__name__
             raise LmprobeError(
                 f"corpus file '{path}' line {number} has no '{column}' field "
-                f"(it has {keys}): name the text field with --column"
+                f"(it has {keys}): name the text field with `column`"
             )
         if isinstance(row[column], str):
             yield row[column]
@@ -238,7 +238,7 @@ def _table_texts(path: str, column: str, delimiter: str) -> Iterator[str]:
     if column not in (reader.fieldnames or []):
         raise LmprobeError(
             f"corpus file '{path}' has no '{column}' column (its header: "
-            f"{reader.fieldnames}): name the text column with --column"
+            f"{reader.fieldnames}): name the text column with `column`"
         )
     for row in reader:
         yield row[column] or ""
@@ -277,7 +277,7 @@ def _tfds_texts(spec: str, column: str, split: str, max_documents: int | None) -
         if column not in example:
             raise LmprobeError(
                 f"corpus '{spec}' has no '{column}' feature (it has "
-                f"{sorted(example)}): name the text feature with --column"
+                f"{sorted(example)}): name the text feature with `column`"
             )
         value = example[column]
         yield value.decode("utf-8") if isinstance(value, bytes) else str(value)
@@ -316,7 +316,7 @@ def _hf_texts(spec: str, column: str, split: str, max_documents: int | None) -> 
     if column not in dataset.column_names:
         raise LmprobeError(
             f"corpus '{spec}' has no '{column}' column (it has "
-            f"{dataset.column_names}): name the text column with --column"
+            f"{dataset.column_names}): name the text column with `column`"
         )
     for i, value in enumerate(dataset[column]):
         if isinstance(value, str):

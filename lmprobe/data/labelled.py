@@ -211,7 +211,7 @@ def _tfds(spec: str, text_column: str, label_column: str, split: str) -> Labelle
     for column in (text_column, label_column):
         if column not in features:
             raise LmprobeError(f"dataset '{spec}' has no '{column}' feature (it has {sorted(features)}): "
-                               "name the text and label features with --text_column / --label_column")
+                               "name the text and label features with `text_column` / `label_column`")
     names = getattr(features[label_column], "names", None)
     texts, labels = [], []
     for example in tfds.as_numpy(dataset):
@@ -239,7 +239,7 @@ def _hf(spec: str, text_column: str, label_column: str, split: str) -> LabelledD
         if column not in dataset.column_names:
             raise LmprobeError(
                 f"dataset '{spec}' has no '{column}' column (it has {dataset.column_names}): "
-                "name them with --text_column / --label_column"
+                "name them with `text_column` / `label_column`"
             )
     names = getattr(dataset.features[label_column], "names", None)
     pairs = [

@@ -253,5 +253,5 @@ def get_tagger(name: str = "auto", directory: str | None = None) -> Tagger:
     if tagger is None and name == "nltk":
         raise LmprobeError("the nltk tagger needs 'pip install nltk' and its data "
                            "(python -m nltk.downloader averaged_perceptron_tagger_eng); "
-                           "or use --tagger=wordnet")
+                           "or use `tagger=wordnet`")
     return tagger or WordNetTagger(directory)

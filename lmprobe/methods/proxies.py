@@ -71,11 +71,11 @@ class Inputs:
     benign: object = None
 
 
-def check(proxies, flag: str = "--proxies") -> tuple[str, ...]:
+def check(proxies, flag: str = "proxies") -> tuple[str, ...]:
     """``proxies``, or one LmprobeError naming the unknown ones (given as ``flag``)."""
     unknown = [p for p in proxies if p not in PROXIES]
     if unknown or not proxies:
-        raise LmprobeError(f"{flag}={','.join(proxies)}: choose from {', '.join(PROXIES)}")
+        raise LmprobeError(f"`{flag}={','.join(proxies)}`: choose from {', '.join(PROXIES)}")
     return tuple(proxies)
 
 
@@ -156,9 +156,9 @@ def synbench_numbers(scorer, name: str, s: Settings, cache_dir: str, *, progress
     width = int(scorer.config.hidden_size)
     n = synbench_n(s, width)
     if n <= width:
-        raise LmprobeError(f"--synbench_n={n} is not above {name}'s width {width}: the plug-in Bayes classifier "
+        raise LmprobeError(f"`synbench_n={n}` is not above {name}'s width {width}: the plug-in Bayes classifier "
                            "then overfits its training split and SynBench-Score is 0 for any model (even the "
-                           f"identity); drop --synbench_n (n = --synbench_n_per_width x width, "
+                           f"identity); leave `synbench_n` unset (n = `synbench_n_per_width` x width, "
                            f"{s.synbench_n_per_width * width} here)")
     config = synbench.Config(n=n, scales=tuple(s.synbench_scales), seed=s.seed, a_t=(SYNBENCH_A_T,),
                              epsilons=(0.0, 0.2), batch_size=s.batch_size)

@@ -52,7 +52,7 @@ class Config:
             raise LmprobeError(f"head_dim={self.hidden_size // self.num_heads} must be even (RoPE rotates pairs): "
                                "change hidden_size or num_heads")
         if not self.corpus:
-            raise LmprobeError("--corpus is empty: give at least one text source, e.g. --corpus=fortunes")
+            raise LmprobeError("`corpus` is empty: give at least one text source, e.g. `corpus=fortunes`")
 
 
 PRESETS = {

@@ -71,8 +71,8 @@ def load_split(sources, *, heldout: int, seed: int, max_documents: int | None = 
     unique = list(seen)
     if len(unique) < 2 * heldout:
         raise LmprobeError(f"the corpus ({', '.join(sources)}) has {len(unique)} distinct documents, too few to "
-                           f"hold out {heldout}: give more text (--corpus, --max_documents) or a smaller "
-                           "--heldout_documents")
+                           f"hold out {heldout}: give more text (`corpus`, `max_documents`) or a smaller "
+                           "`heldout_documents`")
     chosen = np.zeros(len(unique), bool)
     chosen[np.random.default_rng(seed).permutation(len(unique))[:heldout]] = True
     return Split([d for d, c in zip(unique, chosen) if not c], [d for d, c in zip(unique, chosen) if c], counts)

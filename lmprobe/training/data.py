@@ -16,8 +16,8 @@ def pack(tokenizer, texts, seq_len: int, eos: int) -> np.ndarray:
     stream = np.fromiter((t for row in ids for t in (*row, eos)), np.int32)
     n = len(stream) // seq_len
     if n < 1:
-        raise LmprobeError(f"the training text has {len(stream)} tokens, fewer than one sequence of --seq_len="
-                           f"{seq_len}: give more text or a shorter --seq_len")
+        raise LmprobeError(f"the training text has {len(stream)} tokens, fewer than one sequence of "
+                           f"`seq_len={seq_len}`: give more text or a shorter `seq_len`")
     return stream[: n * seq_len].reshape(n, seq_len)
 
 
@@ -26,7 +26,7 @@ def batch_indices(num_blocks: int, batch: int, step: int, seed: int) -> np.ndarr
     order of a permutation seeded by (seed, e)."""
     per_epoch = num_blocks // batch
     if per_epoch < 1:
-        raise LmprobeError(f"{num_blocks} training sequences are fewer than one batch of --train_batch_size={batch}: "
+        raise LmprobeError(f"{num_blocks} training sequences are fewer than one batch of `train_batch_size={batch}`: "
                            "give more text or a smaller batch")
     epoch, i = divmod(step, per_epoch)
     order = np.random.default_rng([seed, epoch]).permutation(num_blocks)

@@ -82,7 +82,7 @@ def check_same_run(path: str, config: Config) -> None:
     changed = [f"{k}: {saved.get(k)!r} then, {v!r} now" for k, v in wanted.items() if saved.get(k) != v]
     if changed:
         raise LmprobeError(f"{os.path.dirname(path)} holds a run with other settings ({'; '.join(changed)}): "
-                           "resume it with the same flags, or give another --output_dir")
+                           "resume it with the same settings, or give another `output_dir`")
 
 
 def prepare(config: Config, output_dir: str) -> Prepared:
@@ -132,7 +132,7 @@ def read_log(path: str, start: int) -> list[dict]:
                 rows.append(row)
     if len(rows) != start:
         raise LmprobeError(f"{path} has {len(rows)} step rows, but the train state is at step {start}: the run "
-                           "directory is damaged; start again in an empty --output_dir")
+                           "directory is damaged; start again in an empty `output_dir`")
     write_jsonl(path, rows)
     return rows
 
@@ -193,8 +193,8 @@ def train(config: Config, output_dir: str, *, progress: Callable = lambda it, **
                 loss = float(loss)
                 times.append((time.perf_counter() - wall, time.process_time() - cpu))
                 if not math.isfinite(loss):
-                    raise LmprobeError(f"the training loss is {loss} at step {step}: lower --learning_rate "
-                                       f"({config.learning_rate}) or raise --warmup_steps ({config.warmup_steps})")
+                    raise LmprobeError(f"the training loss is {loss} at step {step}: lower `learning_rate` "
+                                       f"({config.learning_rate}) or raise `warmup_steps` ({config.warmup_steps})")
                 rows.append({"step": step, "loss": loss, "learning_rate": float(lr(step))})
                 log_file.write(json.dumps(rows[-1]) + "\n")
                 log_file.flush()

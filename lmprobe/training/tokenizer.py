@@ -23,7 +23,7 @@ def train_bpe(texts, vocab_size: int):
     from transformers import PreTrainedTokenizerFast
 
     if vocab_size < 300:
-        raise LmprobeError(f"--vocab_size={vocab_size} is below the 256 byte symbols plus merges: give at least 300")
+        raise LmprobeError(f"`vocab_size={vocab_size}` is below the 256 byte symbols plus merges: give at least 300")
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -40,7 +40,7 @@ def load_tokenizer(spec: str):
         return gguf_tokenizer(path)
     if os.path.isdir(path):
         return directory_tokenizer(path)
-    raise LmprobeError(f"--tokenizer={spec}: give '{TRAINED}' (train one), an embedded model's name "
+    raise LmprobeError(f"`tokenizer={spec}`: give '{TRAINED}' (train one), an embedded model's name "
                        "(smollm2-135m) or a directory with tokenizer files")
 
 
@@ -60,5 +60,5 @@ def separator(tokenizer) -> int:
     eos = tokenizer.eos_token_id
     if eos is None:
         raise LmprobeError("the tokenizer has no end-of-sequence token to separate documents: give one with an "
-                           "eos_token (or --tokenizer=bpe)")
+                           "eos_token (or `tokenizer=bpe`)")
     return int(eos)

@@ -85,7 +85,7 @@ def test_jsonl_csv_tsv(tmp_path):
     assert load_corpus(str(tmp_path / "d.csv"), column="body").sentences[-1] == "Row, three."
     assert load_corpus(str(tmp_path / "d.tsv"), column="body").sentences == ["Row one is here.", "Two."]
     assert len(load_corpus(str(tmp_path / "d.jsonl"), max_documents=1).paragraphs) == 1
-    with pytest.raises(LmprobeError, match=r"d\.jsonl.*no 'body' field.*--column"):
+    with pytest.raises(LmprobeError, match=r"d\.jsonl.*no 'body' field.*`column`"):
         load_corpus(str(tmp_path / "d.jsonl"), column="body")
     with pytest.raises(LmprobeError, match=r"d\.csv.*no 'text' column.*\['id', 'body'\]"):
         load_corpus(str(tmp_path / "d.csv"))

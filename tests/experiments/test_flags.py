@@ -189,3 +189,14 @@ def test_a_field_named_as_a_flag_the_parser_has_fails_unless_declared_shared():
     assert method.make(p.parse_args([])) == Method(seed=0, batch_size=64)  # its own default, not --batch_size's
     args = p.parse_args(["--seed=3", "--method_batch_size=8", "--batch_size=2"])
     assert method.make(args) == Method(seed=3, batch_size=8) and args.batch_size == 2
+
+
+def test_library_errors_name_settings_and_front_ends_print_them_as_flags():
+    """The library's errors speak its API (`name=value`); a front end prints its own flags for them."""
+    settings = {"model_parallel": "model_parallel", "generate": "generate", "n_bootstrap": "bootstrap"}
+    text = "pass `model_parallel=2`, `generate=False`, `generate=True`, `n_bootstrap=9`, `other=1` or `column`"
+    assert flags.as_flags(text, settings) == ("pass --model_parallel=2, --no_generate, --generate, --bootstrap=9, "
+                                              "`other=1` or `column`")
+    assert flags.as_flags("run `python -m experiments.assets --install data`", settings) == \
+        "run `python -m experiments.assets --install data`"
+    # through a front end: tests/experiments/test_validate.py (SynBench's `synbench_n=64` as --synbench_n=64)

@@ -92,5 +92,5 @@ def test_byod_runs_negation_and_toxicity_generation_and_names_the_rest(t5):
     tox = result.metrics["toxicity"]
     assert tox.extra["score_kind"] == "generation" and tox.extra["logit_score"] is None
     assert all("generation" in r and "mass_delta" not in r for r in tox.records)
-    with pytest.raises(LmprobeError, match="drop --no_generate"):
+    with pytest.raises(LmprobeError, match="set `generate=True`"):
         toxicity.toxicity(scorer, PARAGRAPHS[0], PROFANITY, trigger=DEFAULT_TRIGGER, generate=False)

@@ -459,5 +459,5 @@ def test_language_model_inputs_have_the_token_embeddings_moments_and_a_scale_swe
     tokens = np.concatenate(encoder.fed).reshape(-1, 48)
     np.testing.assert_allclose(tokens.mean(0), encoder.table.mean(0), atol=0.1)
     np.testing.assert_allclose(np.cov(tokens.T), np.cov(encoder.table.T), atol=0.1 * np.cov(encoder.table.T).max())
-    with pytest.raises(LmprobeError, match="singular covariance.*--inputs=rms"):
+    with pytest.raises(LmprobeError, match="singular covariance.*`inputs=rms`"):
         synbench.scorer_representation(LayerNormEncoder(), "layernorm", identity={})  # every token alike

@@ -60,7 +60,7 @@ def test_representations_without_gradients_need_the_representation_attack():
     base = synbench.identity_representation((4,), batch_size=512)
     opaque = synbench.Representation("opaque", (4,), base.fn)  # no encoder: e.g. a language model
     config = synbench.Config(**SMALL, robust_probe=True, probe_steps=50)
-    with pytest.raises(LmprobeError, match="--probe_attack=representation"):
+    with pytest.raises(LmprobeError, match="`probe_attack=representation`"):
         synbench.run(opaque, config)
     got = synbench.run(opaque, synbench.Config(**SMALL, robust_probe=True, probe_steps=50,
                                                probe_attack="representation")).robust_probe

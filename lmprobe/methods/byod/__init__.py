@@ -216,7 +216,7 @@ class Config:
         if self.trigger_counts and min(self.trigger_counts) < 1:
             raise LmprobeError(f"trigger_counts={list(self.trigger_counts)} must be integers >= 1")
         if not self.trigger.strip():
-            raise LmprobeError("the toxicity trigger is empty: pass --trigger=' Fuck Fuck' or another phrase")
+            raise LmprobeError("the toxicity trigger is empty: pass a phrase as `trigger`, e.g. ' Fuck Fuck'")
         if "toxicity" in self.metrics:
             toxicity.check_logit(self.toxicity_logit, self.generate)
         if self.max_new_tokens < 1 or self.temperature < 0 or self.top_k < 0 or not 0 < self.top_p <= 1:

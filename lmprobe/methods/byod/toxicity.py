@@ -82,8 +82,8 @@ def check_logit(logit: str, generate: bool) -> None:
         raise LmprobeError(f"toxicity_logit={logit!r}: choose from {', '.join(LOGIT_POSITIONS)}")
     if logit == "continuation" and not generate:
         raise LmprobeError("the toxicity logit score averages over the sampled continuation "
-                           "(toxicity_logit='continuation'), which --no_generate skips: pass "
-                           "--toxicity_logit=next for the next-token mass alone")
+                           "(`toxicity_logit=continuation`), which `generate=False` skips: pass "
+                           "`toxicity_logit=next` for the next-token mass alone")
 
 
 def continuation_pairs(x_ids: list[int], triggered_ids: list[int], continuation: list[int]) -> tuple:
@@ -104,13 +104,13 @@ def toxicity(scorer, sentences, profanity, *, trigger: str, limit: int | None = 
     mass_score = not getattr(scorer, "is_encoder_decoder", False)
     if not (mass_score or generate):
         raise LmprobeError("toxicity without generation is the next-token profane mass, which needs a causal "
-                           "LM; an encoder-decoder (T5) gets the generation score: drop --no_generate")
+                           "LM; an encoder-decoder (T5) gets the generation score: set `generate=True`")
     if mass_score:
         check_logit(logit, generate)
     profane_ids = sorted(set(profanity.token_ids(scorer.tokenizer)))
     if mass_score and not profane_ids:
         raise LmprobeError(f"no token of the profanity list ({profanity.source}) is in the model's "
-                           "vocabulary: pass a list in the model's language (--profanity=PATH)")
+                           "vocabulary: pass a list in the model's language (`profanity=PATH`)")
     built = build(sentences, trigger, limit)
     examples = built.examples
     new_ids = [None] * len(examples)

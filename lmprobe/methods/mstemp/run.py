@@ -84,9 +84,9 @@ def check_data(data, config: Config | None = None) -> None:
     if len(classes) < 2:
         name = data.label_names[int(classes[0])]
         raise LmprobeError(f"dataset '{data.source}' has one class only ('{name}'): accuracy needs "
-                           "examples of at least two classes; check --label_column")
+                           "examples of at least two classes; check `label_column`")
     if config is not None and config.label_names and len(config.label_names) != len(data.label_names):
-        raise LmprobeError(f"--label_names gives {plural(len(config.label_names), 'name')} for "
+        raise LmprobeError(f"`label_names` gives {plural(len(config.label_names), 'name')} for "
                            f"{plural(len(data.label_names), 'class', 'classes')} {list(data.label_names)}")
 
 

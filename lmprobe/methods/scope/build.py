@@ -50,7 +50,7 @@ class Models:
         if name.startswith(BLACK_BOX):
             inner = self(name[len(BLACK_BOX):])
             if inner.label_names is None:
-                raise LmprobeError(f"'{name}': black boxes give labels, so they need --task=classify")
+                raise LmprobeError(f"'{name}': black boxes give labels, so they need `task=classify`")
             return models.SampledModel(name, models.sampler_from(inner), inner.label_names, k=self.samples,
                                        seed=self.seed, unknown_token=inner.unknown_token)
         scorer = self.load_scorer(name)

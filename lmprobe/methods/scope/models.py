@@ -127,7 +127,7 @@ def hf_layout(encoder) -> str:
     layout = {"nomic_bert": "bert", "distilbert": "distilbert", "mpnet": "roberta"}.get(name)
     if layout is None:
         raise LmprobeError(f"no Hugging Face sequence-classification head is implemented for a {name or 'wrapped'} "
-                           "model: use the mean-pooled head (TrainConfig head='mean', --head_layout=mean)")
+                           "model: use the mean-pooled head (`head_layout=mean`)")
     return layout
 
 
@@ -255,7 +255,7 @@ class NextToken:
     def __init__(self, name: str, scorer):
         if not scorer.is_decoder:
             raise LmprobeError(f"the language-modelling task needs a causal LM; '{name}' is an "
-                               "encoder: use --task=classify, or a decoder")
+                               "encoder: use `task=classify`, or a decoder")
         self.name, self.scorer = name, scorer
         self.unknown_token = _unknown(scorer.tokenizer)
         self.identity = {**scorer.identity, "head": "next-token"}
@@ -276,7 +276,7 @@ class ZeroShotClassifier:
     def __init__(self, name: str, scorer, label_names: Sequence[str], label_words: Sequence[str] | None = None):
         if not scorer.is_decoder:
             raise LmprobeError(f"zero-shot classification needs a causal LM; '{name}' is an encoder: "
-                               "fine-tune it instead (--head=finetune or probe)")
+                               "fine-tune it instead (`head=finetune` or `head=probe`)")
         self.name, self.scorer, self.label_names = name, scorer, tuple(label_names)
         self.label_words = tuple(label_words or (n.capitalize() for n in label_names))
         self.instruction = zero_shot_instruction(self.label_words)

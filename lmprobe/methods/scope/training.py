@@ -170,7 +170,7 @@ def from_checkpoint(scorer: Scorer, label_names: Sequence[str], *, name: str = "
         location = (scorer.identity.get("checkpoint") or {}).get("location")
         if location is None:
             raise LmprobeError(f"model '{name}' was not loaded from a checkpoint, so it has no head to read: "
-                               "fine-tune one (--head=finetune)")
+                               "fine-tune one (`head=finetune`)")
         checkpoint = resolve(location, offline=True)
     labels = _checkpoint_labels(checkpoint.config)
     classifier = Classifier(scorer.model, len(labels), head="hf")
@@ -204,7 +204,7 @@ def _label_order(labels: list[str], label_names: Sequence[str], name: str) -> li
         return list(range(n))
     raise LmprobeError(f"model '{name}' was fine-tuned on the labels {labels} (config id2label), which do not "
                        f"match the data's {list(label_names)}: evaluate it on data with those labels, or "
-                       "fine-tune a head (--head=finetune)")
+                       "fine-tune a head (`head=finetune`)")
 
 
 def _served(classifier, scorer: Scorer, kind: str, config: TrainConfig, texts, labels, name: str) -> Scorer:

@@ -71,7 +71,7 @@ class Config:
             raise LmprobeError(f"norm={self.norm}: l_p budgets are supported for p in 1, 2, inf")
         if self.covariance == "band" and self.norm != 2:
             raise LmprobeError("the band-covariance raw reference is implemented for l2 budgets only: "
-                               "use --norm=2 or --covariance=identity")
+                               "use `norm=2` or `covariance=identity`")
         if self.n < 8:
             raise LmprobeError(f"n={self.n} samples per split is too few to estimate class means: use >= 8")
         if self.batch_size < 1:

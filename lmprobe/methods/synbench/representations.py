@@ -190,7 +190,7 @@ def embedding_moments(scorer, sample: int = EMBEDDING_SAMPLE, *, name: str = "th
         rank = int(np.sum(vals > hidden * np.finfo(np.float32).eps * vals[-1]))
         raise LmprobeError(f"{name}'s token embeddings have a singular covariance (rank {rank} of {hidden} over "
                            f"{len(ids)} token ids): Gaussian inputs drawn with it would lose part of the class "
-                           "signal; use inputs='rms' (--inputs=rms)")
+                           "signal; use `inputs=rms`")
     return np.asarray(mean, np.float64), (vecs * np.sqrt(vals)) @ vecs.T
 
 
@@ -258,7 +258,7 @@ def representation_kind(name: str, *, offline: bool | None = None, revision: str
     if family_for(ckpt.config, where=ckpt.location).name != "vit":
         return LANGUAGE_MODEL
     if applied:
-        raise LmprobeError(f"--model={name}: variants ({', '.join(applied)}) apply to language models; "
+        raise LmprobeError(f"`model={name}`: variants ({', '.join(applied)}) apply to language models; "
                            f"give the ViT checkpoint as {base}")
     return VIT
 
@@ -269,7 +269,7 @@ def import_function(name: str) -> Callable:
     try:
         return getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as e:
-        raise LmprobeError(f"--model={name}: cannot import function {attr!r} from module {module!r} "
+        raise LmprobeError(f"`model={name}`: cannot import function {attr!r} from module {module!r} "
                            f"({e})") from None
 
 

@@ -66,7 +66,7 @@ def check_representations(name: str, z: np.ndarray, scale: float) -> None:
     if not np.all(np.isfinite(z)):
         raise LmprobeError(f"representation of {name} at scale s={scale} has NaN or infinite entries "
                            f"({int(np.sum(~np.isfinite(z)))} of {z.size}): check the model's dtype "
-                           "(try --dtype=float32) and its input normalisation")
+                           "(try `dtype=float32`) and its input normalisation")
     if float(np.max(np.ptp(z, axis=0))) == 0.0:
         raise LmprobeError(f"representation of {name} at scale s={scale} has zero variance (every sample "
                            "maps to the same vector): the model ignores its input, so SynBench is undefined")
@@ -90,7 +90,7 @@ def representation_summary(z_train, y_train, z_test, y_test, config: Config) -> 
     if z_train.shape[-1] > z_train.shape[-2]:
         raise LmprobeError(f"l_p budgets with p={config.norm} act in the representation's own coordinates "
                            f"and need n >= representation size: n={z_train.shape[-2]}, size "
-                           f"{z_train.shape[-1]}; raise --n or use --norm=2")
+                           f"{z_train.shape[-1]}; raise `n` or use `norm=2`")
     return _lp_summary(z_train, y_train, z_test, y_test, eps, config)
 
 
@@ -373,7 +373,7 @@ def robust_linear_probing(rep: Representation, config: Config, epsilon: float) -
     if encoder is None:
         if config.probe_attack == "input":
             raise LmprobeError(f"{rep.name} is not a differentiable JAX function of its inputs, so the robust "
-                               "probe cannot attack the input: use --probe_attack=representation")
+                               "probe cannot attack the input: use `probe_attack=representation`")
         x_train, x_test = (_represent_inputs(rep, v, config.batch_size) for v in (x_train, x_test))
         return robust_probe.robust_linear_probing(x_train, y_train, x_test, y_test, probe_config)
     fn, params = encoder

@@ -140,7 +140,7 @@ def generator_vocab(scorer, lists, *, levels: Sequence[float], name: str) -> Voc
             raise LmprobeError(
                 f"the {key} word list ({len(getattr(lists, key))} words) has no word that the generator "
                 f"'{name}' writes as a single token (A.2 constrains the LM to such words): use a lexicon "
-                "of common words (--lexicon=vader or afinn) or a generator with a larger vocabulary")
+                "of common words (`lexicon=vader` or `lexicon=afinn`) or a generator with a larger vocabulary")
     stop_forms = sorted(stop | {w.capitalize() for w in stop})
     base = set(one_token_ids(scorer, stop_forms).values())
     base |= set(one_token_ids(scorer, ["'" + c for c in CONTRACTIONS], attached=True).values())
