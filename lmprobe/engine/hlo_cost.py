@@ -179,7 +179,9 @@ def program_cost(text: str, *, peak_flops: float, hbm_bandwidth: float) -> Progr
                 continue
             if op.opcode in _FREE:
                 continue
-            moved = _nbytes(op.out) + (_fusion_reads(comps, op) if op.opcode == "fusion" else _nbytes(op.operands))
+            reads = (_fusion_reads(comps, op) if op.opcode == "fusion" else _nbytes(op.operands[1:])
+                     if op.opcode == "dynamic-update-slice" else _nbytes(op.operands))
+            moved = _written(comps, op) + reads
             if op.opcode.startswith(_COLLECTIVES):
                 totals["collective"] += times * _nbytes(op.out)
                 continue
@@ -210,9 +212,11 @@ def _params(comps: dict, fusion: _Op) -> tuple[list, dict]:
 def _reads(comps: dict, body: list, param: str, full: float, depth: int = 0) -> float:
     """Bytes read of parameter ``param`` of a fused computation: the slices taken of it when it is
     only sliced (through nested fusions too), else ``full``."""
-    total = 0.0
+    total, updated = 0.0, False
     for user in (o for o in body if param in o.args):
-        if user.opcode in _SLICING and user.args[0] == param:
+        if user.opcode == "dynamic-update-slice" and user.args[0] == param and user.args.count(param) == 1:
+            updated = True  # a buffer updated in place: the update's bytes are the write
+        elif user.opcode in _SLICING and user.args[0] == param:
             total += _nbytes(user.out)
         elif user.opcode == "fusion" and depth < 4:
             inner, params = _params(comps, user)
@@ -220,7 +224,19 @@ def _reads(comps: dict, body: list, param: str, full: float, depth: int = 0) -> 
                          for i, a in enumerate(user.args) if a == param and i in params)
         else:
             return full
-    return min(total, full) if total else full
+    return min(total, full) if total or updated else full
+
+
+def _written(comps: dict, op: _Op) -> float:
+    """Bytes an operation writes: an in-place update (dynamic-update-slice, also as a fusion's root)
+    writes its update, anything else its whole result."""
+    root = op
+    if op.opcode == "fusion":
+        body, _ = _params(comps, op)
+        root = body[-1] if body else op
+    if root.opcode == "dynamic-update-slice" and len(root.operands) >= 2:
+        return _nbytes(root.operands[1:2])
+    return _nbytes(op.out)
 
 
 def _fusion_reads(comps: dict, op: _Op) -> float:
