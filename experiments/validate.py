@@ -67,6 +67,7 @@ from lmprobe.store import join
 from lmprobe.text import number, plural
 
 PROXIES, BYOD_METRICS, STDERR = proxies_lib.PROXIES, proxies_lib.BYOD_METRICS, proxies_lib.STDERR
+ITEMS = proxies_lib.ITEMS
 TASKS = ("probes", "zero_shot", "prose")  # zero_shot and prose: decoders only
 TASK_PREFIXES = ("probe_", "zero_shot_", "prose_")
 HELDOUT = "heldout_loss"  # a training run's own held-out loss (nats per token), from each Orbax step's metadata
@@ -250,10 +251,11 @@ def _stages(args, decoder: bool) -> dict:
     out = proxies_lib.stages(args.proxies, proxies_lib.Settings.of(args), decoder)
     if "probes" in args.tasks:
         out["probes"] = dict(train=args.probe_train, test=args.probe_test, conf=args.tweets_min_confidence,
-                             seed=args.seed, stderr=True)
+                             seed=args.seed, stderr=True, items=True)
     if "zero_shot" in args.tasks and decoder:
         out["zero_shot"] = dict(n=args.zero_shot_examples, conf=args.tweets_min_confidence, seed=args.seed,
-                                stderr=True, **({"chars": args.zero_shot_chars} if args.zero_shot_chars else {}))
+                                stderr=True, items=True, **({"chars": args.zero_shot_chars} if args.zero_shot_chars
+                                                            else {}))
     if "prose" in args.tasks and decoder:
         out["prose"] = dict(texts=args.prose_texts, chars=args.prose_chars, seed=args.seed, start="separator",
                             stderr=True)
@@ -271,6 +273,7 @@ def _run_stage(stage: str, scorer, name: str, args, data: Data, cache_dir: str) 
             r = realtask.probe(scorer, train, test, seed=args.seed, progress=progress)
             out[f"probe_{task}"], out[f"probe_{task}{STDERR}"] = r["balanced_accuracy"], r.get(
                 "balanced_accuracy_stderr")
+            out[f"probe_{task}{ITEMS}"] = r.get("balanced_accuracy_items")
         return out
     if stage == "zero_shot":
         for task, (_, test) in data.probes.items():
@@ -279,6 +282,7 @@ def _run_stage(stage: str, scorer, name: str, args, data: Data, cache_dir: str) 
                                    max_chars=args.zero_shot_chars or None, seed=args.seed)
             out[f"zero_shot_{task}"], out[f"zero_shot_{task}{STDERR}"] = r["balanced_accuracy"], r.get(
                 "balanced_accuracy_stderr")
+            out[f"zero_shot_{task}{ITEMS}"] = r.get("balanced_accuracy_items")
         return out
     if stage == "prose":
         r = realtask.perplexity(scorer, data.prose, max_chars=args.prose_chars, progress=progress)
@@ -311,7 +315,7 @@ def measure(entry: Entry, args, data: Data, run_dir: str, run: cli.Run, widths: 
               "ladder": list(entry.ladder) if entry.ladder else None, "group": group, "width": width,
               "synbench_n": proxies_lib.synbench_n(proxies_lib.Settings.of(args), width)
               if "synbench" in args.proxies else None,
-              "numbers": {}, "stderr": {}, "df": {}, "seconds": {}, "load_s": time.perf_counter() - start}
+              "numbers": {}, "stderr": {}, "df": {}, "items": {}, "seconds": {}, "load_s": time.perf_counter() - start}
     if entry.heldout_loss is not None:
         record["numbers"][HELDOUT] = float(entry.heldout_loss)
     cache_dir = join(run_dir, "cache")
@@ -324,6 +328,7 @@ def measure(entry: Entry, args, data: Data, run_dir: str, run: cli.Run, widths: 
         record["numbers"].update(numbers)
         record["stderr"].update({k: v for k, v in stderr.items() if v is not None})
         record["df"].update(proxies_lib.degrees_of_freedom(found, proxies_lib.Settings.of(args)))
+        record["items"].update(proxies_lib.items(found))
         record["seconds"][stage] = time.perf_counter() - t
         log.info(f"{entry.label}: {stage} in {record['seconds'][stage]:.1f} s")
     return record
@@ -401,6 +406,7 @@ def ladder_trends(records: list[dict], args) -> dict:
         table = correlation.ladder_table({name: (ladder["indices"], ladder["direction"], ladder["direction"] == RISES)
                                           for name, ladder in ladders.items()}, values,
                                          lower_is_better=LOWER_IS_BETTER, stderr=stderr, df=df,
+                                         items={n: [r.get("items", {}).get(n) for r in rows] for n in values},
                                          family=proxies) if ladders else []
         runs = {}
         for name, ladder in ladders.items():
@@ -428,7 +434,8 @@ def resolved(records: list[dict]) -> dict:
             errors, dofs = stderr.get(name), df.get(name)
             got = significance.resolved_pairs([values[name][i] for i in have],
                                               None if errors is None else [errors[i] for i in have],
-                                              df=None if dofs is None else [dofs[i] for i in have])
+                                              df=None if dofs is None else [dofs[i] for i in have],
+                                              items=[rows[i].get("items", {}).get(name) for i in have])
             labels = [rows[i]["label"] for i in have]
             out[group][name] = {"n_resolved": got["n_resolved"], "n_resolved_unadjusted": got["n_resolved_unadjusted"],
                                 "n_pairs": got["n_pairs"], "level": got["level"], "adjust": got["adjust"],
@@ -460,8 +467,9 @@ def model_lines(rows: list[dict], group: str, resolved_pairs: dict) -> list[str]
     lines += [name[:28].ljust(28) + " ".join(_value(r["numbers"].get(name), r["stderr"].get(name)).rjust(width)
                                              for r in rows) for name in names]
     lines.append(f"== {group}: pairs of models each number resolves (t test of each difference on its errors' "
-                 "degrees of freedom, Holm-adjusted across the number's pairs at 0.05; unadjusted count in "
-                 "brackets; pairs without a standard error unknown)")
+                 "degrees of freedom, paired over the shared test items where a number has them, Holm-adjusted "
+                 "across the number's pairs at 0.05; unadjusted count in brackets; pairs without a standard error "
+                 "unknown)")
     for name, got in resolved_pairs.items():
         text = f"{got['n_resolved']} of {got['n_pairs']} ({got.get('n_resolved_unadjusted', got['n_resolved'])})"
         if len(got["unknown"]) == got["n_pairs"]:

@@ -38,6 +38,7 @@ SYNBENCH_CORRECTED = "score_corrected"  # synbench.Result.scores' key of the bia
 CACHE_VERSION = 1
 STDERR = "_stderr"  # suffix of a number's standard error
 DF = "_df"  # suffix of the degrees of freedom behind a standard error (none: a normal error, many examples)
+ITEMS = "_items"  # suffix of a number's per-item values on a test set every model shares (their mean is the number)
 log = _logging.get("methods")
 
 
@@ -214,8 +215,13 @@ def run(scorer, name: str, proxies, s: Settings, inputs: Inputs, run_dir: str, *
 
 def split_stderr(numbers: dict) -> tuple[dict, dict]:
     """({name: value}, {name: standard error}) of a stage's numbers (``degrees_of_freedom`` has the rest)."""
-    values = {k: v for k, v in numbers.items() if not k.endswith((STDERR, DF))}
+    values = {k: v for k, v in numbers.items() if not k.endswith((STDERR, DF, ITEMS))}
     return values, {k[:-len(STDERR)]: v for k, v in numbers.items() if k.endswith(STDERR)}
+
+
+def items(numbers: dict) -> dict:
+    """{name: per-item values} of a stage's numbers that come item by item on a shared test set."""
+    return {k[:-len(ITEMS)]: v for k, v in numbers.items() if k.endswith(ITEMS) and v is not None}
 
 
 def degrees_of_freedom(numbers: dict, settings: Settings) -> dict:

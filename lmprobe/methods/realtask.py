@@ -29,7 +29,8 @@ Each number carries its uncertainty over examples (no model rerun): ``*_stderr``
 BOOTSTRAP_RESAMPLES seeded bootstrap values) and a LEVEL percentile interval ``*_low`` /
 ``*_high``. Accuracies resample test examples within each true class (class counts fixed, so
 every resample has every class: what balanced accuracy weighs equally); bits per byte resamples
-texts, recomputing the ratio sum(NLL) / sum(bytes).
+texts, recomputing the ratio sum(NLL) / sum(bytes). Balanced accuracy also comes item by item
+(``balanced_accuracy_items``, whose mean it is), for paired comparisons of models on one test set.
 """
 
 from __future__ import annotations
@@ -62,6 +63,17 @@ def balanced_accuracy(predictions, labels, n_classes: int) -> float:
     predictions, labels = np.asarray(predictions), np.asarray(labels)
     recalls = [np.mean(predictions[labels == k] == k) for k in range(n_classes) if np.any(labels == k)]
     return float(np.mean(recalls))
+
+
+def balanced_accuracy_items(predictions, labels) -> list[float]:
+    """Per test item, its share of the balanced accuracy: correct / (classes present x items of its
+    class) x items, so that their mean is the balanced accuracy. Two models' items on the same test
+    set differ item by item, which is what a paired test of their balanced accuracies compares."""
+    predictions, labels = np.asarray(predictions), np.asarray(labels)
+    classes, counts = np.unique(labels, return_counts=True)
+    per_class = dict(zip(classes.tolist(), counts.tolist()))
+    weight = np.array([labels.size / (len(classes) * per_class[y]) for y in labels.tolist()])
+    return (weight * (predictions == labels)).tolist()
 
 
 def _summary(name: str, draws: np.ndarray | None, level: float) -> dict:
@@ -163,6 +175,7 @@ def probe_embeddings(x_train, y_train, x_test, y_test, n_classes: int | None = N
     iterations = int(np.asarray(models.iterations).max())
     return {"accuracy": float(np.mean(predictions == y_test)),
             "balanced_accuracy": balanced_accuracy(predictions, y_test, n_classes),
+            "balanced_accuracy_items": balanced_accuracy_items(predictions, y_test),
             **accuracy_intervals(predictions, y_test, n_classes, seed=seed),
             "c": float(np.asarray(cs)[index]), "cv_accuracy": float(by_c[index]),
             "cv_accuracy_by_c": [float(a) for a in by_c], "cs": [float(c) for c in cs], "selection": selection,
@@ -237,6 +250,7 @@ def zero_shot(scorer, data, *, template: str = TEMPLATES["review"], label_words:
     labels = np.asarray(data.labels)
     return {"accuracy": float(np.mean(predictions == labels)),
             "balanced_accuracy": balanced_accuracy(predictions, labels, len(words)),
+            "balanced_accuracy_items": balanced_accuracy_items(predictions, labels),
             **accuracy_intervals(predictions, labels, len(words), seed=seed),
             "label_words": words, "template": template, "n": len(data.texts), "max_chars": max_chars,
             "predicted_share": np.bincount(predictions, minlength=len(words)).tolist()}

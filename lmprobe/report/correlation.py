@@ -442,11 +442,12 @@ def _ladder(spec, name: str) -> tuple[list[int], str, bool]:
     return [int(i) for i in indices], direction, serial
 
 
-def _adjacent_steps(values: np.ndarray, errors, dofs, models: list[int]) -> dict:
+def _adjacent_steps(values: np.ndarray, errors, dofs, models: list[int], items=None) -> dict:
     """Each step between neighbours along the order: resolved, unresolved or unknown (model
-    indices), by t tests of the differences with Holm's correction across the steps."""
+    indices), by t tests of the differences (paired where both have ``items``) with Holm's
+    correction across the steps."""
     steps = [(i, i + 1) for i in range(len(models) - 1)]
-    pairs = resolved_pairs(values, errors, df=dofs, adjust="none", level=1.0 - SIGNIFICANCE)
+    pairs = resolved_pairs(values, errors, df=dofs, items=items, adjust="none", level=1.0 - SIGNIFICANCE)
     raw = np.array([pairs["p"].get(k, np.nan) for k in steps])
     adjusted = holm(raw)
     out = {"resolved": [], "unresolved": [], "unknown": []}
@@ -467,7 +468,7 @@ def _empty_ladder_row(ladder: str, direction: str, name: str, lower: frozenset, 
 
 
 def _ladder_row(ladder: str, indices: list[int], direction: str, serial: bool, name: str, values,
-                lower: frozenset, stderr, df) -> dict:
+                lower: frozenset, stderr, df, items=None) -> dict:
     row = _empty_ladder_row(ladder, direction, name, lower, serial)
     try:
         all_values = _optional_scores(values)
@@ -504,7 +505,8 @@ def _ladder_row(ladder: str, indices: list[int], direction: str, serial: bool, n
             errors = standard_errors(stderr[name], all_values.size, f"stderr of {name!r}")[models]
             dofs = None if df is None or df.get(name) is None else per_model(df[name], all_values.size,
                                                                              f"df of {name!r}")[models]
-            row["resolved_steps"] = _adjacent_steps(picked[have], errors, dofs, models)
+            shared = None if items is None or items.get(name) is None else [items[name][m] for m in models]
+            row["resolved_steps"] = _adjacent_steps(picked[have], errors, dofs, models, shared)
         except LmprobeError as error:
             notes.append(f"standard errors not used: {error}")
     row["note"] = "; ".join(notes) or None
@@ -524,7 +526,7 @@ def _adjust_family(rows: list[dict], family) -> None:
 def ladder_table(ladders: Mapping[str, object], values: Mapping[str, Sequence], *,
                  lower_is_better: set[str] | frozenset[str] = frozenset(),
                  stderr: Mapping[str, Sequence] | None = None, df: Mapping[str, Sequence] | None = None,
-                 family=None) -> list[dict]:
+                 items: Mapping[str, Sequence] | None = None, family=None) -> list[dict]:
     """Every number's trend along every ladder: one row per (ladder, number), ladders in order,
     numbers in order within each.
 
@@ -534,8 +536,9 @@ def ladder_table(ladders: Mapping[str, object], values: Mapping[str, Sequence], 
     steps); ``serial``: checkpoints of one run, not exchangeable (no p). ``values``: number name ->
     one value per model (None where missing: that model is left out of the ladder);
     ``lower_is_better`` names are negated first; ``stderr``: name -> one standard error per model,
-    ``df`` the degrees of freedom behind each; ``family``: the names corrected together on each
-    ladder (the proxies; None: every number).
+    ``df`` the degrees of freedom behind each, ``items`` each model's per-item values on a test set
+    they share (None where absent; steps between two models with items are tested paired);
+    ``family``: the names corrected together on each ladder (the proxies; None: every number).
 
     Row fields: ``ladder``, ``name``, ``direction``, ``lower_is_better``, ``serial``; ``n``,
     ``models`` (the ladder's model indices with a value, in order); ``tau``: Kendall's tau-b
@@ -559,7 +562,7 @@ def ladder_table(ladders: Mapping[str, object], values: Mapping[str, Sequence], 
         for name, number_values in values.items():
             try:
                 ladder_rows.append(_ladder_row(ladder, indices, direction, serial, name, number_values, lower,
-                                               stderr, df))
+                                               stderr, df, items))
             except Exception as error:  # one bad row must not end a long experiment
                 row = _empty_ladder_row(ladder, direction, name, lower, serial)
                 row["note"] = f"could not be computed: {type(error).__name__}: {error}"

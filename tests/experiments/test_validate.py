@@ -11,12 +11,13 @@ import math
 import os
 import types
 
+import numpy as np
 import pytest
 from scipy import stats
 
 from experiments import validate
 from lmprobe.errors import LmprobeError
-from lmprobe.methods import proxies
+from lmprobe.methods import proxies, realtask
 
 ARGS = types.SimpleNamespace(seed=0, pooled=True, synbench_n=None, synbench_n_per_width=20,
                              proxies=validate.PROXIES)
@@ -277,3 +278,27 @@ def test_bad_flags_fail_before_any_model_loads(tmp_path, capsys):
         with pytest.raises(SystemExit):
             validate.main([*argv, f"--output_dir={tmp_path}"])
         assert message in capsys.readouterr().err
+
+
+def test_pairs_scored_on_the_same_items_are_tested_paired():
+    """Two models whose probe differs on few items of a shared test set: the item differences resolve
+    what their bootstrap errors alone cannot."""
+    rng = np.random.default_rng(0)
+    labels = np.repeat([0, 1], 200)
+    a = labels.copy()
+    a[rng.permutation(400)[:120]] ^= 1  # 70% right
+    b = a.copy()
+    b[np.flatnonzero(a == labels)[:12]] ^= 1  # the same answers but 12 more wrong: 67%
+    rows = []
+    for label, predictions in (("m-a", a), ("m-b", b), ("m-c", a)):
+        record = _record("dec-d", (0.3, 0.0, 1.0))
+        items = realtask.balanced_accuracy_items(predictions, labels)
+        record.update(label=label, model=label, base=label, ladder=None)
+        record["numbers"]["probe_rt_polarity"] = float(np.mean(items))
+        record["stderr"]["probe_rt_polarity"] = 0.023  # the bootstrap's size at n = 400
+        record["items"] = {"probe_rt_polarity": items}
+        rows.append(record)
+    got = validate.resolved(rows)["decoders"]["probe_rt_polarity"]
+    assert ["m-a", "m-b"] in got["resolved"] and ["m-a", "m-c"] in got["unresolved"]
+    unpaired = validate.resolved([{**r, "items": {}} for r in rows])["decoders"]["probe_rt_polarity"]
+    assert unpaired["n_resolved"] == 0  # 0.03 apart with errors of 0.023 each

@@ -68,3 +68,10 @@ def test_too_few_examples_give_no_interval_and_bad_input_is_named():
                         (lambda: realtask.bits_per_byte_interval([1.0, 2.0], [3], seed=0), "one of each")):
         with pytest.raises(LmprobeError, match=match):
             call()
+
+
+def test_balanced_accuracy_items_average_to_it():
+    predictions, labels = _predictions((0.9, 0.6, 0.5), (300, 60, 140), np.random.default_rng(2))
+    items = realtask.balanced_accuracy_items(predictions, labels)
+    assert len(items) == labels.size
+    assert np.mean(items) == pytest.approx(realtask.balanced_accuracy(predictions, labels, 3))
