@@ -251,7 +251,7 @@ def _item(path: str, params_key: str | None) -> str | None:
             return os.path.join(path, choice[0])
     if items:
         raise CheckpointError(f"checkpoint '{path}' holds the items {', '.join(items)}: say which holds the "
-                              f"parameters with --params_key={items[0]}/... (the item, then the path inside it)")
+                              f"parameters with `params_key={items[0]}/...` (the item, then the path inside it)")
     return None
 
 
@@ -277,7 +277,7 @@ def standard_tree(step: StandardStep, params_key: str | None = None) -> tuple[ob
         keys = _keys(node)
         if part not in keys:
             at = "/".join(parts[:i]) or "the top"
-            raise CheckpointError(f"--params_key={params_key}: checkpoint '{step.path}' has no '{part}' at {at} "
+            raise CheckpointError(f"`params_key={params_key}`: checkpoint '{step.path}' has no '{part}' at {at} "
                                   f"(there: {', '.join(keys[:8]) or 'an array'}): give the path of the parameters")
         node = node[int(part)] if isinstance(node, list | tuple) else node[part]
     return node, parts

@@ -93,13 +93,13 @@ class OwnModel:
         try:
             model = self.fn(params)
         except LmprobeError as e:
-            raise LmprobeError(f"--model_fn={self.name} on step {found.step}: {e}") from e
+            raise LmprobeError(f"`model_fn={self.name}` on step {found.step}: {e}") from e
         except Exception as e:  # the user's code: where it failed, in one line
             first = (str(e).strip().splitlines() or [""])[0]
-            raise LmprobeError(f"--model_fn={self.name} raised {type(e).__name__}: {first} (on the parameters of "
+            raise LmprobeError(f"`model_fn={self.name}` raised {type(e).__name__}: {first} (on the parameters of "
                                f"step {found.step}, '{found.path}')") from e
         if not isinstance(model, nnx.Module):
-            raise LmprobeError(f"--model_fn={self.name} returned a {type(model).__name__}: return lmprobe.models."
+            raise LmprobeError(f"`model_fn={self.name}` returned a {type(model).__name__}: return lmprobe.models."
                                "CallableLM(apply, params, max_length=...) or an nnx.Module whose __call__(ids, mask) "
                                "gives logits or (logits, hidden)")
         return model
@@ -123,9 +123,9 @@ class OwnModel:
         scorer = Scorer(model, self.tokenizer, mesh=self.mesh, batch_size=self.batch_size, identity=about)
         vocab = len(self.tokenizer)
         if vocab > scorer.vocab_size:
-            raise LmprobeError(f"the tokenizer has {vocab} ids but --model_fn={self.name}'s logits have "
+            raise LmprobeError(f"the tokenizer has {vocab} ids but the logits of `model_fn={self.name}` have "
                                f"{scorer.vocab_size} (their last axis): give the tokenizer the model was trained "
-                               "with (--tokenizer)")
+                               "with (`tokenizer`)")
         self.last = (found.path, scorer)
         return scorer
 
@@ -139,8 +139,8 @@ class OwnModel:
             why["synbench"] = "the model's token embeddings, which a model of your own does not expose"
         if why:
             keep = ",".join(dict.fromkeys(m for m in methods if m not in why))
-            raise LmprobeError(f"--methods: {'; '.join(f'{m} needs {r}' for m, r in why.items())}: "
-                               + (f"use --methods={keep}" if keep else "give other methods"))
+            raise LmprobeError(f"`methods`: {'; '.join(f'{m} needs {r}' for m, r in why.items())}: "
+                               + (f"use `methods={keep}`" if keep else "give other methods"))
         return scorer
 
 
@@ -150,7 +150,7 @@ def _function(spec):
         return f"{getattr(spec, '__module__', '')}:{getattr(spec, '__qualname__', type(spec).__name__)}", spec
     module, _, name = str(spec).partition(":")
     if not module or not name:
-        raise LmprobeError(f"--model_fn={spec}: give MODULE:FUNCTION (e.g. mymodel:build, a file mymodel.py in "
+        raise LmprobeError(f"`model_fn={spec}`: give MODULE:FUNCTION (e.g. mymodel:build, a file mymodel.py in "
                            "the current directory, FUNCTION(params) returning a CallableLM or nnx.Module)")
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
@@ -158,11 +158,11 @@ def _function(spec):
         found = importlib.import_module(module)
     except Exception as e:
         first = (str(e).strip().splitlines() or [""])[0]
-        raise LmprobeError(f"--model_fn={spec}: module '{module}' cannot be imported ({type(e).__name__}: {first}):"
+        raise LmprobeError(f"`model_fn={spec}`: module '{module}' cannot be imported ({type(e).__name__}: {first}):"
                            " run from the directory that holds it, or add that directory to PYTHONPATH") from e
     fn = getattr(found, name, None)
     if not callable(fn):
-        raise LmprobeError(f"--model_fn={spec}: module '{module}' ({found.__file__}) has no function '{name}'")
+        raise LmprobeError(f"`model_fn={spec}`: module '{module}' ({found.__file__}) has no function '{name}'")
     return str(spec), fn
 
 
@@ -177,7 +177,7 @@ def _tokenizer(name):
             return directory_tokenizer(name)
         return resolve(name).tokenizer()
     except LmprobeError as e:
-        raise LmprobeError(f"--tokenizer={name}: {e}") from e
+        raise LmprobeError(f"`tokenizer={name}`: {e}") from e
 
 
 def _difference(want: dict, got: dict, want_name: str, got_name: str) -> str:

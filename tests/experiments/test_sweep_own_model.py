@@ -130,7 +130,7 @@ def test_each_array_is_restored_onto_its_sharding(user, tiny_llama_dir):
     ("returns", r"--model_fn=tinygpt:wrong returned a dict: return lmprobe.models.CallableLM"),
     ("missing", r"holds two different models: leaf 'pos' is missing in step 2 and float32\[32, 16\] in step 1"),
     ("shape", r"holds two different models: leaf 'pos' is float32\[32, 8\] in step 2 and float32\[32, 16\] in step 1"),
-    ("vocab", r"the tokenizer has 256 ids but --model_fn=tinygpt:half_vocab's logits have 128"),
+    ("vocab", r"the tokenizer has 256 ids but the logits of --model_fn=tinygpt:half_vocab have 128"),
     ("no_tokenizer", r"--model_fn=tinygpt:build needs --tokenizer=NAME\|DIR"),
     ("synbench", r"--methods: synbench needs the model's token embeddings.*use --methods=byod"),
 ])
