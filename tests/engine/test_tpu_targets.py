@@ -2,6 +2,8 @@
 v5e-8 and a multi-host v5e-32 (no TPU needed), the plan's verdict against the compiler's, loop trip
 counts in the cost, and the one-line errors. Tiny configs: a compile takes seconds."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -98,3 +100,16 @@ def test_the_plan_agrees_with_the_compiler():
     over = planner.step(mesh, "fsdp", fit.rows + 1, 128)
     assert over.exhausted or over.peak_bytes > t.chip.hbm_bytes
     assert planner.step(mesh, "fsdp", 32, 128).exhausted  # 48 GiB of activations a device
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--model=opt-125m", "--target=v9-8"], r"^error: --target=v9-8 is not a TPU slice lmprobe knows: use one of v4-8"),
+    (["--model=opt-125m", "--target=v5e-8", "--devices=8"], r"^error: --devices=8 with --target=v5e-8: .*drop one"),
+])
+def test_plan_front_end_bad_targets_are_one_line(argv, says, capsys):
+    from experiments import plan as front_end
+
+    with pytest.raises(SystemExit) as e:
+        front_end.main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and re.search(says, err)
