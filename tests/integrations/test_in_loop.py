@@ -1,4 +1,4 @@
-"""ProxyCallback inside real optax training: the README's loop as written, a CallableLM beside the
+"""ProxyCallback inside real optax training: docs/training.md's loop as written, a CallableLM beside the
 module it wraps, bad input, and the JSONL log surviving a torn line."""
 
 import os
@@ -23,12 +23,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def readme_loop() -> str:
-    """The README's in-loop example: the python block that builds a ProxyCallback."""
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+    """docs/training.md's in-loop example: the python block that builds a ProxyCallback."""
+    with open(os.path.join(ROOT, "docs", "training.md"), encoding="utf-8") as f:
         blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
     found = [b for b in blocks if "ProxyCallback(" in b]
     if not found:
-        pytest.fail("README.md has no python block with ProxyCallback (section 'Proxies inside a training loop')")
+        pytest.fail("docs/training.md has no python block with ProxyCallback ('Proxies inside a training loop')")
     return found[0]
 
 
@@ -56,10 +56,10 @@ def reference_heldout_loss(model, tokenizer, texts, max_chars) -> float:
 
 
 def test_readme_training_loop(tmp_path, monkeypatch, capsys):
-    """The README's loop runs as printed; each call sees the latest weights, and never recompiles."""
+    """docs/training.md's loop runs as printed; each call sees the latest weights, and never recompiles."""
     monkeypatch.chdir(tmp_path)
     scope = {}
-    exec(compile(readme_loop(), "README.md", "exec"), scope)
+    exec(compile(readme_loop(), "docs/training.md", "exec"), scope)
     probe, model, tokenizer = scope["probe"], scope["model"], scope["tokenizer"]
     rows = read_rows(str(tmp_path / "runs" / "in_loop" / FILENAME))
     assert [r["step"] for r in rows] == [0, 5, 10]
