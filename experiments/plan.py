@@ -103,14 +103,13 @@ def _main(argv=None):
     import json
     import time
 
-    from lmprobe import log
+    from experiments import cli
     from lmprobe.engine.mesh import make_mesh
     from lmprobe.engine.plan import check_fits, device_hbm, parse_bytes, plan, plan_devices, plan_dtype
     from lmprobe.engine.targets import target, target_devices
     from lmprobe.errors import LmprobeError
 
-    args = build_parser().parse_args(argv)
-    log.setup(args.verbosity)
+    args = cli.parse(build_parser(), argv)  # also: library errors name this front end's flags
     slice_ = None if args.target is None else target(args.target, args.num_slices)
     if slice_ is not None and args.devices is not None:
         raise LmprobeError(f"--devices={args.devices} with --target={args.target}: the target sets the devices, "

@@ -119,9 +119,9 @@ def target(name: str, num_slices: int = 1) -> Target:
     shapes = None if chip is None else (_SHAPES_3D if chip.cores_per_name == 2 else _SHAPES_2D)
     chips = int(count) // chip.cores_per_name if chip is not None and count.isdigit() else None
     if shapes is None or chips not in shapes or int(count) % chip.cores_per_name:
-        raise LmprobeError(f"--target={name} is not a TPU slice lmprobe knows: use one of {', '.join(known_names())}")
+        raise LmprobeError(f"`target={name}` is not a TPU slice lmprobe knows: use one of {', '.join(known_names())}")
     if num_slices < 1:
-        raise LmprobeError(f"--num_slices={num_slices}: give 1 or more slices")
+        raise LmprobeError(f"`num_slices={num_slices}`: give 1 or more slices")
     return Target(f"{gen}-{count}", chip, shapes[chips], num_slices)
 
 
@@ -137,7 +137,7 @@ def libtpu_available() -> bool:
 def target_devices(t: Target) -> list:
     """The devices of ``t`` from libtpu's compiler (compile-only: they run nothing)."""
     if not libtpu_available():
-        raise LmprobeError(f"--target={t.name} compiles for TPUs with libtpu, which is not installed: {TPU_EXTRA}")
+        raise LmprobeError(f"`target={t.name}` compiles for TPUs with libtpu, which is not installed: {TPU_EXTRA}")
     if not _has_tpu_chip():
         # No TPU here: libtpu only compiles. Let it load beside another process's libtpu (its lockfile)
         # and tell it the host's role, which it otherwise looks up and complains about on stderr.

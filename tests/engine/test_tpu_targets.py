@@ -40,12 +40,12 @@ def test_names_as_maxtext_names_them():
 
 
 def test_unknown_target_lists_the_known_names():
-    with pytest.raises(LmprobeError, match=r"--target=v9-8 .*v4-8, .*v5e-8, .*v6e-256") as e:
+    with pytest.raises(LmprobeError, match=r"`target=v9-8` .*v4-8, .*v5e-8, .*v6e-256") as e:
         targets.target("v9-8")
     assert "\n" not in str(e.value)
     with pytest.raises(LmprobeError, match="v5e-8, v5e-16"):
         targets.target("v5e-12")
-    with pytest.raises(LmprobeError, match="--num_slices=0"):
+    with pytest.raises(LmprobeError, match="`num_slices=0`"):
         targets.target("v5e-8", num_slices=0)
 
 
