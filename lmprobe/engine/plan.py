@@ -280,8 +280,10 @@ def _cost_lines(c: StepCost | None) -> list[str]:
     if not 0.5 < c.overhead < 2:
         return [f"    compiled FLOPs {c.flops:.4g} against {c.useful_flops:.4g} useful by hand: {c.overhead:.2f}x, "
                 "so the count of this program is not trusted and no time is estimated"]
-    return [f"    compiled FLOPs {c.flops:.4g} = {c.overhead:.3f} x useful ({c.useful_flops:.4g}: 2 x params x tokens "
-            f"+ attention); per device {format_bytes(c.bytes_accessed)} accessed, "
+    kernel = f", {c.kernel_flops:.4g} of them in Pallas kernels, not counted" if c.kernel_flops else ""
+    return [f"    compiled FLOPs {c.flops:.4g} = {c.overhead:.3f} x useful outside kernels (useful "
+            f"{c.useful_flops:.4g}: 2 x params x tokens + attention{kernel}); per device "
+            f"{format_bytes(c.bytes_accessed)} accessed, "
             f"{format_bytes(c.collective_bytes)} by collectives",
             f"    ESTIMATE (TPU cost model, not measured): {c.seconds * 1e3:.4g} ms a step, "
             f"{c.tokens / c.seconds:,.0f} tokens/s, MFU {c.mfu:.0%}{est}"]
