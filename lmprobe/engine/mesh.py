@@ -83,7 +83,7 @@ def make_mesh(model_parallel: int = 1, devices=None) -> Mesh:
     devices = list(jax.devices() if devices is None else devices)
     if model_parallel < 1 or len(devices) % model_parallel:
         raise LmprobeError(
-            f"--model_parallel={model_parallel} does not divide the {len(devices)} devices: "
+            f"`model_parallel={model_parallel}` does not divide the {len(devices)} devices: "
             f"choose one of {[d for d in range(1, len(devices) + 1) if len(devices) % d == 0]}")
     shape = (len(devices) // model_parallel, model_parallel)
     return Mesh(np.asarray(devices).reshape(shape), (DATA, MODEL), axis_types=(AxisType.Auto,) * 2)

@@ -58,13 +58,13 @@ _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
 
-def parse_bytes(text: str | int | float, *, flag: str = "--hbm") -> int:
+def parse_bytes(text: str | int | float, *, flag: str = "hbm") -> int:
     """Bytes from '16GiB', '32GiB', '80GB', '80e9', '512MiB', 2**30 (K/M/G/T alone: binary)."""
     if isinstance(text, (int, float)):
         return int(text)
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
     if not m or m.group(2).lower() not in _UNITS:
-        raise LmprobeError(f"{flag}={text} is not a memory size: write e.g. 16GiB, 32GiB, 80GB or 80e9")
+        raise LmprobeError(f"`{flag}={text}` is not a memory size: write e.g. 16GiB, 32GiB, 80GB or 80e9")
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 
@@ -99,14 +99,14 @@ def plan_devices(n: int | None) -> tuple[list, bool]:
     if n is None:
         return jax.devices(), False
     if n < 1:
-        raise LmprobeError(f"--devices={n}: give a positive number of devices")
+        raise LmprobeError(f"`devices={n}`: give a positive number of devices")
     if jax.device_count() == n:
         devices = jax.devices()
         return devices, devices[0].platform == "cpu"
     cpus = jax.devices("cpu")
     if len(cpus) < n:
         raise LmprobeError(
-            f"--devices={n}: only {len(cpus)} CPU devices could be made because jax started before "
+            f"`devices={n}`: only {len(cpus)} CPU devices could be made because jax started before "
             f"experiments.plan could ask for more: run it as python -m experiments.plan, or set "
             f"XLA_FLAGS=--xla_force_host_platform_device_count={n}")
     return cpus[:n], True
@@ -513,7 +513,7 @@ def target_mesh(t: Target, model_parallel: int = 1) -> Mesh:
 
 def _setup(config_or_name, dtype, mesh, strategy, max_length, offline, revision=None, target=None):
     if strategy not in RULES:
-        raise LmprobeError(f"--sharding={strategy} is not one of {', '.join(RULES)}")
+        raise LmprobeError(f"`sharding={strategy}` is not one of {', '.join(RULES)}")
     hf, source = hf_config(config_or_name, offline=offline, revision=revision)
     planner = _Planner(hf, dtype, source, target)
     mesh = mesh if mesh is not None else target_mesh(target) if target is not None else make_mesh()
@@ -521,7 +521,7 @@ def _setup(config_or_name, dtype, mesh, strategy, max_length, offline, revision=
     name = os.fspath(config_or_name) if not isinstance(config_or_name, dict) else (
         config_or_name.get("_name_or_path") or config_or_name["model_type"])
     if max_length is not None and not 1 <= max_length <= (context or max_length):
-        raise LmprobeError(f"--max_length={max_length}: " + (f"{name}'s context is {context} tokens: pass 1 to "
+        raise LmprobeError(f"`max_length={max_length}`: " + (f"{name}'s context is {context} tokens: pass 1 to "
                                                               f"{context}" if context else "pass at least 1"))
     return planner, mesh, int(context if max_length is None else max_length), name, source
 
@@ -630,8 +630,8 @@ def check_fits(config_or_name, *, dtype=jnp.float32, mesh: Mesh | None = None, s
 
 
 def _param_fixes(planner: _Planner, mesh: Mesh, strategy: str, hbm: int) -> list[str]:
-    """Flag changes that make the parameters fit: fewest flags first, then --model_parallel,
-    --sharding, --dtype; the smallest --model_parallel for each."""
+    """Setting changes that make the parameters fit: fewest first, then model_parallel, sharding,
+    dtype; the smallest model_parallel for each."""
     g = format_bytes
     devices = list(mesh.devices.flat)
     current = mesh.shape[MODEL]
@@ -640,37 +640,37 @@ def _param_fixes(planner: _Planner, mesh: Mesh, strategy: str, hbm: int) -> list
     for dt in dtypes:
         for strat in [strategy, *(s for s in RULES if s != strategy)]:
             for n in [d for d in range(1, len(devices) + 1) if len(devices) % d == 0]:
-                flags = ((f"--model_parallel={n}",) if n != current else ()) + (
-                    (f"--sharding={strat}",) if strat != strategy else ()) + (
-                    ("--dtype=bfloat16",) if dt != planner.dtype else ())
+                flags = ((f"model_parallel={n}",) if n != current else ()) + (
+                    (f"sharding={strat}",) if strat != strategy else ()) + (
+                    ("dtype=bfloat16",) if dt != planner.dtype else ())
                 kinds = tuple(f.split("=")[0] for f in flags)
                 if not flags or kinds in found:
                     continue
                 per = planner.bytes_per_device(make_mesh(n, devices), strat) * dt.itemsize // planner.dtype.itemsize
                 if per <= hbm:
                     found[kinds] = (flags, per)
-    order = {"--model_parallel": 0, "--sharding": 1, "--dtype": 2}
+    order = {"model_parallel": 0, "sharding": 1, "dtype": 2}
     ranked = sorted(found.values(), key=lambda fp: (len(fp[0]), [order[f.split("=")[0]] for f in fp[0]]))
     # a combination is worth naming only when no subset of its flags does it alone
     kept = [(f, p) for f, p in ranked
             if not any(set(k) < {x.split("=")[0] for x in f} for k in found)]
-    fixes = [f"pass {' '.join(flags)} ({g(per)} per device)" for flags, per in kept]
+    fixes = [f"pass {' '.join(f'`{f}`' for f in flags)} ({g(per)} per device)" for flags, per in kept]
     if not fixes:
         need = -(-planner.total_bytes * 2 // planner.dtype.itemsize // hbm)
         fixes.append(f"even split over all {len(devices)} devices in bfloat16 it does not fit: use at least "
-                     f"{need} devices of this memory (plan it with --devices={need} --sharding=fsdp "
-                     "--dtype=bfloat16), or devices with more memory")
+                     f"{need} devices of this memory (plan it with `devices={need}` `sharding=fsdp` "
+                     "`dtype=bfloat16`), or devices with more memory")
     return fixes
 
 
 def _step_fixes(planner: _Planner, mesh: Mesh, strategy: str, hbm: int, rows: int, length: int) -> str:
-    """--batch_size when fewer rows fit at this length, else --max_length (plus --dtype)."""
+    """batch_size when fewer rows fit at this length, else max_length (plus dtype)."""
     g = format_bytes
     fixes = []
     if rows > 1:
         fit = planner.largest_rows(mesh, strategy, length, hbm, probe=max(2, rows // 2), cap=rows - 1)
         if fit.rows:
-            fixes.append(f"pass --batch_size={fit.rows} (the most rows per device that fit at {length} "
+            fixes.append(f"pass `batch_size={fit.rows}` (the most rows per device that fit at {length} "
                          f"tokens: {g(fit.peak_bytes)})")
     if not fixes:
         shorter = [b for b in LENGTH_BUCKETS if b < length]
@@ -683,12 +683,12 @@ def _step_fixes(planner: _Planner, mesh: Mesh, strategy: str, hbm: int, rows: in
             else:
                 hi = mid - 1
         if best is not None:
-            fixes.append(f"pass --max_length={best} (one row per device fits at {best} tokens) and a "
-                         "--batch_size that fits there (python -m experiments.plan finds it)")
+            fixes.append(f"pass `max_length={best}` (one row per device fits at {best} tokens) and a "
+                         "`batch_size` that fits there (python -m experiments.plan finds it)")
         else:
             fixes.append("not even one short row fits beside the parameters: use more devices (a larger "
-                         "--target or --num_slices), shard the model further (--model_parallel, --sharding=fsdp), "
-                         "or a smaller --max_length")
+                         "`target` or `num_slices`), shard the model further (`model_parallel`, `sharding=fsdp`), "
+                         "or a smaller `max_length`")
     if planner.dtype.itemsize > 2:
-        fixes.append("pass --dtype=bfloat16")
+        fixes.append("pass `dtype=bfloat16`")
     return "; or ".join(fixes)

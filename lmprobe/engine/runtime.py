@@ -121,7 +121,7 @@ def resolve_dtype(name: str = "auto"):
     from lmprobe.errors import LmprobeError
 
     if name not in DTYPES:
-        raise LmprobeError(f"--dtype={name} is not one of {', '.join(DTYPES)}")
+        raise LmprobeError(f"`dtype={name}` is not one of {', '.join(DTYPES)}")
     if name == "auto":
         initialize_distributed()  # before the first backend query, which would fix a 1-process job
         name = "float32" if jax.default_backend() == "cpu" else "bfloat16"

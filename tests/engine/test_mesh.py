@@ -14,7 +14,7 @@ def test_mesh_covers_all_devices():
     assert len(jax.devices()) == 8
     mesh = make_mesh(model_parallel=4)
     assert dict(mesh.shape) == {"data": 2, "model": 4}
-    with pytest.raises(LmprobeError, match="--model_parallel=3 does not divide the 8 devices"):
+    with pytest.raises(LmprobeError, match="`model_parallel=3` does not divide the 8 devices"):
         make_mesh(model_parallel=3)
 
 

@@ -76,7 +76,7 @@ def test_parse_bytes():
     assert P.parse_bytes("80GB") == 80 * 10**9
     assert P.parse_bytes("80e9") == 80 * 10**9
     assert P.parse_bytes("512MiB") == 2**29
-    with pytest.raises(LmprobeError, match="--hbm=lots"):
+    with pytest.raises(LmprobeError, match="`hbm=lots`"):
         P.parse_bytes("lots")
 
 
@@ -127,16 +127,16 @@ def test_largest_batch_search_is_monotone_and_fits(shared_compiles):
 
 def test_no_fit_names_model_parallel_without_compiling():
     total = hand_count("tp", 1, 1)  # tp on data=8 x model=1: every weight replicated
-    with pytest.raises(LmprobeError, match=r"--model_parallel=2 ") as err:
+    with pytest.raises(LmprobeError, match=r"`model_parallel=2` ") as err:
         P.check_fits(TINY, mesh=MESH, strategy="tp", hbm_bytes=int(total * 0.6))
-    assert "does not fit" in str(err.value) and "--sharding=fsdp" in str(err.value)
-    with pytest.raises(LmprobeError, match=r"--dtype=bfloat16"):  # fsdp over all 8 is not enough
+    assert "does not fit" in str(err.value) and "`sharding=fsdp`" in str(err.value)
+    with pytest.raises(LmprobeError, match=r"`dtype=bfloat16`"):  # fsdp over all 8 is not enough
         P.check_fits(TINY, mesh=MESH, strategy="fsdp", hbm_bytes=hand_count("fsdp", 8, 1) - 1)
 
 
 def test_no_fit_at_the_batch_names_batch_size(shared_compiles):
     one_row = P.plan(TINY, mesh=MESH, batch_size=1, max_length=64, search=False).step_memory.peak_bytes
-    with pytest.raises(LmprobeError, match=r"--batch_size=\d+ ") as err:
+    with pytest.raises(LmprobeError, match=r"`batch_size=\d+` ") as err:
         P.check_fits(TINY, mesh=MESH, batch_size=4, max_length=64, hbm_bytes=int(one_row * 1.2))
     assert "4 rows per device x 64 tokens" in str(err.value)
 
@@ -151,9 +151,9 @@ def test_plan_devices_and_dtype():
 
     assert P.plan_devices(None) == (jax.devices(), False)
     assert P.plan_devices(4) == (jax.devices("cpu")[:4], True)
-    with pytest.raises(LmprobeError, match=r"--devices=16: only 8 CPU devices could be made"):
+    with pytest.raises(LmprobeError, match=r"`devices=16`: only 8 CPU devices could be made"):
         P.plan_devices(16)
-    with pytest.raises(LmprobeError, match=r"--devices=0: give a positive number"):
+    with pytest.raises(LmprobeError, match=r"`devices=0`: give a positive number"):
         P.plan_devices(0)
     assert P.plan_dtype("auto", "cpu", False) == jnp.float32
     assert P.plan_dtype("auto", "cpu", True) == P.plan_dtype("auto", "tpu", False) == jnp.bfloat16
@@ -191,7 +191,7 @@ def test_planning_opens_no_tensor_file(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("length", [256, 0, -1])
 def test_max_length_outside_the_context_is_refused(length):
-    with pytest.raises(LmprobeError, match=rf"--max_length={length}: .*'s context is 128 tokens: pass 1 to 128"):
+    with pytest.raises(LmprobeError, match=rf"`max_length={length}`: .*'s context is 128 tokens: pass 1 to 128"):
         P.plan(TINY, mesh=MESH, max_length=length)
 
 

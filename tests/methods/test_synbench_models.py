@@ -35,7 +35,7 @@ def test_functions_are_built_without_loading_a_model():
     tanh = _load("jax.numpy:tanh", input_shape=(3,), channel_axis=0)
     assert tanh.name == "jax.numpy:tanh" and tanh.channel_axis == 0
     np.testing.assert_allclose(tanh.fn(np.full((1, 3), 0.5, np.float32)), np.tanh(np.full((1, 3), 0.5)), rtol=1e-6)
-    with pytest.raises(LmprobeError, match="--model=no_such_module:f: cannot import function 'f'"):
+    with pytest.raises(LmprobeError, match="`model=no_such_module:f`: cannot import function 'f'"):
         _load("no_such_module:f")
 
 
