@@ -460,21 +460,45 @@ def pallas_attention(q: Array, k: Array, v: Array, mask: Mask, *, scale: float, 
     return local(q, k, v, keys).transpose(0, 2, 1, 3)
 
 
-def _attention_heads_first(q: Array, k: Array, v: Array, allowed: Array, scale: float, bias) -> Array:
+def _attention_heads_first(q: Array, k, v, mask: Mask, window, scale: float, bias) -> Array:
     """jax.nn.dot_product_attention's 'xla' numerics for keys and values heads first [B, K, S, D]
-    (a KV cache): both contractions take the cache as it is stored, with no transpose of it.
-    ``allowed`` [B or 1, T, S] bool; ``bias`` [B or 1, N or 1, T, S] fp32 or None."""
+    (a KV cache): both contractions take the cache as it is stored, with no transpose of it. k, v
+    may be pairs (the cache's slots, the T new entries [B, K, T, D] that go in at ``mask.offset``):
+    the new entries are attended to beside the slots they replace, so the cache is not copied to
+    write them first. ``bias`` [B or 1, N or 1, T, S] fp32 or None."""
     b, t, n, d = q.shape
-    heads = k.shape[1]
+    pair = isinstance(k, tuple)
+    s = (k[0] if pair else k).shape[2]
+    heads = (k[0] if pair else k).shape[1]
+    allowed = _visible(mask, t, s, window)  # [B or 1, T, S]
+    if pair:  # slots offset .. offset + T come from the new entries, the rest from the cache
+        fresh = jax.lax.dynamic_slice_in_dim(allowed, mask.offset, t, 2)
+        stale = (jnp.arange(s) >= mask.offset) & (jnp.arange(s) < mask.offset + t)
+        allowed = jnp.concatenate([allowed & ~stale, fresh], axis=-1)
+        if bias is not None:
+            bias = jnp.concatenate([bias, jax.lax.dynamic_slice_in_dim(bias, mask.offset, t, 3)], axis=-1)
     precision = jax.lax.DotAlgorithmPreset.BF16_BF16_F32 if q.dtype == jnp.bfloat16 else None
-    scores = jnp.einsum("btkgd,bksd->bkgts", q.reshape(b, t, heads, n // heads, d), k, precision=precision,
-                        preferred_element_type=jnp.float32) * jnp.float32(scale)
+    g = n // heads
+    # queries as [B, K, G*T, D]: both dots are plain batched matmuls over (B, K), as XLA's CPU dots run
+    # fastest (a t axis between the batch and the contracted dims took twice the time per decoding step)
+    grouped = q.reshape(b, t, heads, g, d).transpose(0, 2, 3, 1, 4).reshape(b, heads, g * t, d)
+
+    def scores_of(keys):
+        return jnp.einsum("bkmd,bksd->bkms", grouped, keys, precision=precision, preferred_element_type=jnp.float32)
+
+    scores = jnp.concatenate([scores_of(k[0]), scores_of(k[1])], axis=-1) if pair else scores_of(k)
+    scores = scores.reshape(b, heads, g, t, -1) * jnp.float32(scale)
     if bias is not None:
-        grouped = (heads, n // heads) if bias.shape[1] == n else (1, 1)
-        scores = scores + bias.reshape(bias.shape[0], *grouped, *bias.shape[2:]).astype(jnp.float32)
+        split = (heads, g) if bias.shape[1] == n else (1, 1)
+        scores = scores + bias.reshape(bias.shape[0], *split, *bias.shape[2:]).astype(jnp.float32)
     scores = jnp.where(allowed[:, None, None], scores, jnp.float32(_MASKED))
-    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    return jnp.einsum("bkgts,bksd->btkgd", probs, v).reshape(b, t, n, d).astype(q.dtype)
+    probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype).reshape(b, heads, g * t, -1)
+    if pair:
+        out = (jnp.einsum("bkms,bksd->bkmd", probs[..., :s], v[0])
+               + jnp.einsum("bkms,bksd->bkmd", probs[..., s:], v[1]))
+    else:
+        out = jnp.einsum("bkms,bksd->bkmd", probs, v)
+    return out.reshape(b, heads, g, t, d).transpose(0, 3, 1, 2, 4).reshape(b, t, n, d).astype(q.dtype)
 
 
 def attention(q: Array, k: Array, v: Array, mask: Mask, *, scale: float, window: int | None = None,
@@ -496,11 +520,11 @@ def attention(q: Array, k: Array, v: Array, mask: Mask, *, scale: float, window:
     Traced for TPU (``traced_for``; the engine's ``tracing_on`` a TPU mesh), what ``pallas_applies``
     admits goes to Pallas' splash attention (``pallas_attention``), the rest to XLA's.
     """
-    k, v = k.astype(q.dtype), v.astype(q.dtype)
-    if pallas_applies(q, k, mask, window, bias, heads_first):
+    k, v = jax.tree.map(lambda x: x.astype(q.dtype), (k, v))
+    if not isinstance(k, tuple) and pallas_applies(q, k, mask, window, bias, heads_first):
         return pallas_attention(q, k, v, mask, scale=scale, window=window, heads_first=heads_first)
-    if heads_first:
-        return _attention_heads_first(q, k, v, _visible(mask, q.shape[1], k.shape[2], window), scale, bias)
+    if heads_first:  # a cache's keys (decoding: with the new entries beside them, update_cache)
+        return _attention_heads_first(q, k, v, mask, window, scale, bias)
     t, s = q.shape[1], k.shape[1]
     impl = "xla" if bias is not None else attention_implementation(q.dtype, q.shape[-1], t)
     same_slots = isinstance(mask.offset, int) and mask.offset == 0 and t == s
@@ -525,12 +549,17 @@ def layer_attention(q, k, v, mask: Mask, *, scale: float, windows: tuple, kind, 
     return branches[0](q, k, v) if len(branches) == 1 else jax.lax.switch(kind, branches, q, k, v)
 
 
+DECODE_PAIR_MAX = 1  # steps of at most this many tokens attend to the cache and their entries apart (update_cache)
+
+
 def update_cache(cache: LayerCache | None, k: Array, v: Array, index) -> tuple[Array, Array, LayerCache | None]:
     """Keys and values to attend to and the entries written, for ``write_cache`` to store.
 
     Without a ``cache``: k and v [B, T, K, D] as given, and None. With one: this layer's cache with
     this step's k, v written at slot ``index``, heads first [B, K, S, D] (attend with
     ``heads_first=True``), and the entries written [B, K, T, D] (only the T new tokens transposed).
+    A decoding step (T <= ``DECODE_PAIR_MAX``) gets k and v as pairs (the cache as it is, the
+    entries written) instead: writing them into the layer's cache slice first copied the slice.
 
     A scanned layer returns only what it wrote: returning its whole updated cache would copy the
     cache once per step (read and write) and hold it twice.
@@ -538,6 +567,8 @@ def update_cache(cache: LayerCache | None, k: Array, v: Array, index) -> tuple[A
     if cache is None:
         return k, v, None
     written = LayerCache(k.astype(cache.k.dtype).transpose(0, 2, 1, 3), v.astype(cache.v.dtype).transpose(0, 2, 1, 3))
+    if k.shape[1] <= DECODE_PAIR_MAX:
+        return (cache.k, written.k), (cache.v, written.v), written
     start = (0, 0, index, 0)
     return (jax.lax.dynamic_update_slice(cache.k, written.k, start),
             jax.lax.dynamic_update_slice(cache.v, written.v, start), written)

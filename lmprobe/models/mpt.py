@@ -119,9 +119,10 @@ class MPTAttention(nnx.Module):
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
         if self.clip:
             q, k, v = (jnp.clip(y, -self.clip, self.clip) for y in (q, k, v))
+        slots = k.shape[1] if cache is None else cache.k.shape[2]
         k, v, cache = update_cache(cache, k, v, cache_index)
-        cached = cache is not None  # keys heads first [B, K, S, D]
-        bias = alibi_bias(self.slopes, mask, q.shape[1], k.shape[2 if cached else 1])
+        cached = cache is not None  # keys heads first [B, K, S, D] (or the cache and this step's entries)
+        bias = alibi_bias(self.slopes, mask, q.shape[1], slots)
         return self.out_proj(attention(q, k, v, mask, scale=self.scale, bias=bias, heads_first=cached)), cache
 
 

@@ -70,8 +70,12 @@ def test_heads_first_keys_attend_as_the_slot_major_ones():
     mask = Mask(keys, causal=True, offset=jnp.int32(9))
     layer = LayerCache(k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3))
     new_k, new_v = k[:, 9:10], v[:, 9:10]
-    hk, hv, written = update_cache(layer, new_k, new_v, 9)
-    assert hk.shape == (B, K, S, D) and written.k.shape == (B, K, 1, D)
+    stale = LayerCache(layer.k.at[:, :, 9].set(0), layer.v.at[:, :, 9].set(0))  # slot 9 not written yet
+    hk, hv, written = update_cache(stale, new_k, new_v, 9)  # one token: the cache and its entries apart
+    assert hk[0].shape == (B, K, S, D) and written.k.shape == (B, K, 1, D)
+    wk, wv, _ = update_cache(stale, k[:, 9:11], v[:, 9:11], 9)  # two: written into the slots
+    assert wk.shape == (B, K, S, D)
+    np.testing.assert_array_equal(np.asarray(wk[:, :, :10]), np.asarray(layer.k[:, :, :10]))
     for window, b in ((None, None), (4, None), (None, bias)):
         got = attention(q, hk, hv, mask, scale=0.3, window=window, bias=b, heads_first=True)
         want = attention(q, k, v, mask, scale=0.3, window=window, bias=b)
