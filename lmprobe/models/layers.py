@@ -480,7 +480,7 @@ def _attention_heads_first(q: Array, k, v, mask: Mask, window, scale: float, bia
     precision = jax.lax.DotAlgorithmPreset.BF16_BF16_F32 if q.dtype == jnp.bfloat16 else None
     g = n // heads
     # queries as [B, K, G*T, D]: both dots are plain batched matmuls over (B, K), as XLA's CPU dots run
-    # fastest (a t axis between the batch and the contracted dims took twice the time per decoding step)
+    # fastest (a T axis between the batch and the contracted dims was slower: commit 575927d's message)
     grouped = q.reshape(b, t, heads, g, d).transpose(0, 2, 3, 1, 4).reshape(b, heads, g * t, d)
 
     def scores_of(keys):
