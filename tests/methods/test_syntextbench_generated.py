@@ -115,7 +115,7 @@ def test_generated_sets_are_cached_under_the_generators_identity(generator, tmp_
 def test_a_list_without_one_token_words_is_a_clear_error(generator):
     lists = SimpleNamespace(positive=("multi_word", "unknownword"), negative=NEGATIVE, neutral=NEUTRAL)
     with pytest.raises(LmprobeError, match=r"the positive word list \(2 words\) has no word that the generator "
-                                           r"'tiny' writes as a single token.*--lexicon=vader"):
+                                           r"'tiny' writes as a single token.*`lexicon=vader`"):
         generated.generated_levels(generator, lists, levels=LEVELS, n=20, seed=0, generator_name="tiny")
     # a list only the levels do not need is not an error: p = 0 draws no neutral word
     lists = SimpleNamespace(positive=POSITIVE, negative=NEGATIVE, neutral=("unknownword",))
