@@ -344,13 +344,15 @@ def _fill_row(row: dict, proxy_values, task_values, level: float, stderr, df, se
     # lower-is-better entries negated: a positive correlation means the proxy orders models as the task does
     p = -p if row["proxy_lower_is_better"] else p
     t = -t if row["task_lower_is_better"] else t
-    notes = []
+    notes, method = [], None
     for name in STATISTICS:
         row[name]["estimate"] = _NAMED[name](p, t)
-        row[name]["p"] = None if serial else permutation_p(p, t, name)["p"]
+        if not serial:
+            test = permutation_p(p, t, name)
+            row[name]["p"], method = test["p"], test["method"]
     interval = tau_interval(p, t, level=level)
     row["kendall"].update(low=interval["low"], high=interval["high"])
-    row.update(p_method=None if serial else permutation_p(p, t, "spearman")["method"], serial=serial,
+    row.update(p_method=method, serial=serial,
                critical_spearman=critical_value(p.size, "spearman", SIGNIFICANCE),
                min_p=min_p(p.size), reachable=min_p(p.size) < SIGNIFICANCE,
                power={r: power(p.size, r, statistic="spearman", alternative="two-sided") for r in POWER_CORRELATIONS})

@@ -267,17 +267,14 @@ def power(n: int, correlation: float, *, statistic: str = "kendall", alpha: floa
                            "a level in (0, 1)")
     support, probabilities = _null(n, name)
     if alternative == "greater":
+        levels = support
         tail = np.array([probabilities[support >= v - TIE_SLACK].sum() for v in support])
-        rejecting = support[tail <= alpha + TIE_SLACK]
-        if not rejecting.size:
-            return 0.0
-        threshold = rejecting.min()
     else:
         levels, tail = _two_sided(support, probabilities)
-        rejecting = levels[tail <= alpha + TIE_SLACK]
-        if not rejecting.size:
-            return 0.0
-        threshold = rejecting.min()
+    rejecting = levels[tail <= alpha + TIE_SLACK]
+    if not rejecting.size:
+        return 0.0
+    threshold = rejecting.min()
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((draws, n))
     y = correlation * x + math.sqrt(1.0 - correlation ** 2) * rng.standard_normal((draws, n))
