@@ -54,6 +54,63 @@ class Shared:
     verbosity: str = "info"  # log messages shown on stderr: debug, info, warning or error
 
 
+@dataclasses.dataclass(frozen=True)
+class Compile:
+    """Compile before you rent: every jitted step the run would execute, compiled ahead of time at its
+    batch geometry, nothing run and no weight read (lmprobe.engine.aot)."""
+
+    # compile for this TPU slice (v4-8, v5e-8, v5e-16, v5e-256, v5p-8, v6e-8, ...) with libtpu's compiler on
+    # this host, no TPU needed (pip install 'lmprobe[tpu]'); with --compile_only
+    target: str | None = None
+    num_slices: int = 1  # slices of --target joined over the data-center network
+    # compile every step the run would execute (per step: shapes, memory per device and fit, the TPU cost
+    # model's time with --target) into results.json; run nothing
+    compile_only: bool = False
+    hbm: str | None = None  # memory per device for the fit (16GiB, 80GB); none: the target chip's (the devices' own)
+
+
+COMPILE = "compile before you rent (lmprobe.engine.aot)"
+COMPILE_FRONT_ENDS = ("plan", "syntextbench")  # the front ends with --target
+
+
+def compile_flags(p: flags.Parser) -> flags.Flags:
+    """--target, --num_slices, --compile_only, --hbm (``Compile``)."""
+    p.compiles = True  # parse prepares libtpu for --target before jax starts
+    return flags.add(p, Compile, group=COMPILE, convert={"num_slices": flags.bounded(1)})
+
+
+def compile_only_scorer(args, name: str):
+    """The compile-only Scorer (lmprobe.engine.aot) of ``name`` as the shared and compile flags describe
+    it: --target's devices (else this host's), --dtype ('auto': bfloat16 on a target), mesh, batch."""
+    from lmprobe.engine import aot
+    from lmprobe.engine.plan import parse_bytes
+    from lmprobe.engine.targets import target
+
+    slice_ = None if args.target is None else target(args.target, args.num_slices)
+    dtype = None if args.dtype == "auto" else args.dtype
+    return aot.compile_only_scorer(name, target=slice_, dtype=dtype, model_parallel=args.model_parallel,
+                                   strategy=args.sharding, batch_size=args.batch_size,
+                                   hbm_bytes=None if args.hbm is None else parse_bytes(args.hbm, flag="hbm"),
+                                   offline=offline(args), revision=args.revision)
+
+
+def _refuse_compile_flags(p: flags.Parser, argv) -> None:
+    """--target / --compile_only given to a front end without them: one line naming the ones that have them."""
+    given = [a.split("=", 1)[0] for a in argv if a.split("=", 1)[0] in ("--target", "--compile_only")]
+    if given and not p.has_flag(given[0]):
+        raise LmprobeError(f"{given[0]} compiles a model's steps for a TPU slice ahead of time, and {p.prog} has "
+                           f"no such flag: drop it, or use a front end that has it "
+                           f"({', '.join(f'lmprobe {n}' for n in COMPILE_FRONT_ENDS)})")
+
+
+def check_compile_flags(args) -> bool:
+    """Whether this is a compile-only run; --target without --compile_only is refused (one line)."""
+    if args.target is not None and not args.compile_only:
+        raise LmprobeError(f"--target={args.target} compiles for a TPU slice this run is not on: add --compile_only "
+                           "(compile every step and report, run nothing), or drop --target to run here")
+    return bool(args.compile_only)
+
+
 def parser(doc: str, name: str | None = None) -> flags.Parser:
     """A parser with the shared flags; the front end adds its own (``front_end``) and its method's
     (``method``) from their dataclasses. ``doc`` (the module docstring) is shown as written;
@@ -96,9 +153,14 @@ def front_end(p: flags.Parser, cls, **kwargs) -> flags.Flags:
 def parse(p: flags.Parser, argv=None):
     """``p.parse_args(argv)``, then join the multi-process job if this is one (before any device
     is touched: a device query first would fix a one-process job), then set up logging."""
+    _refuse_compile_flags(p, sys.argv[1:] if argv is None else [str(a) for a in argv])
     args = p.parse_args(argv)
     FLAGS.clear()
     FLAGS.update(p.settings)
+    if getattr(p, "compiles", False) and args.target is not None:  # libtpu told it only compiles, before jax starts
+        from lmprobe.engine.targets import prepare_host, target
+
+        prepare_host(target(args.target, getattr(args, "num_slices", 1)))
     runtime.initialize_distributed()
     _logging.setup(args.verbosity, is_main=runtime.is_main)
     return args

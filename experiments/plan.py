@@ -87,6 +87,7 @@ def build_parser():
         num_slices: int = 1  # slices of --target joined over the data-center network
 
     p = cli.parser(__doc__, "plan")
+    p.compiles = True  # cli.parse prepares libtpu for --target before jax starts
     cli.front_end(p, FrontEnd, convert={"max_tokens": flags.bounded(1), "buckets": flags.bounded(1),
                                         "num_slices": flags.bounded(1)})
     return p

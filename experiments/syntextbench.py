@@ -16,6 +16,14 @@ and Fig. 5 (sentence_lengths.png: synthetic sentence lengths vs English prose wi
 words removed; the offline fortunes corpus stands in for the paper's English Wikipedia).
 
     python -m experiments.syntextbench --model=minilm-l6 --generator=smollm2-135m --n=256 --levels=0,0.4,0.8
+
+Compile before you rent: --compile_only compiles every engine step the run would execute (embeddings;
+decoders' in-context scoring), at the batch geometry it would use, for --target=v5e-8 (or another TPU
+slice, with libtpu's compiler on this host; without --target, this host's devices), and writes per
+step the shapes, calls, the compiler's memory per device and fit, and the TPU cost model's time
+estimate to OUTPUT_DIR/results.json. No weight is read and nothing runs:
+
+    python -m experiments.syntextbench --model=opt-13b --target=v5e-8 --compile_only
 """
 
 from __future__ import annotations
@@ -51,6 +59,7 @@ class FrontEnd:
 def build_parser():
     p = cli.parser(__doc__, "syntextbench")
     cli.front_end(p, FrontEnd)
+    cli.compile_flags(p)
     return p, cli.method(p, syntextbench.Config)
 
 
@@ -142,6 +151,39 @@ class _EarlyScore:
         self.run.write(self.path, partial, names=self.names)
 
 
+def _compile_only(run: cli.Run, args, configs, trial_tasks, run_dir: str) -> None:
+    """Every engine step of each model's run compiled (lmprobe.engine.aot), at the run's batch geometry:
+    the method's own embedding and in-context queries over every trial's sentences, against a
+    compile-only Scorer; a report per model in results.json. Nothing runs, no weight is read."""
+    from lmprobe.engine.aot import compile_report
+    from lmprobe.methods.syntextbench.run import _embeddings, _icl
+
+    notes = ["not compiled: the classifier and score kernels and the loss-data baselines on the embeddings "
+             "(host-sized programs on one device)"]
+    if configs[0].generator:
+        notes.append(f"not compiled: --generator={configs[0].generator}'s generation (A.2): its prompts' "
+                     "lengths come from its own output")
+    for name in args.model:
+        scorer = cli.compile_only_scorer(args, name)
+        for config, tasks in zip(configs, trial_tasks):
+            pooling = config.pooling or syntextbench.default_pooling(scorer)
+            _embeddings(scorer, tasks.levels, pooling, model_name=name, cache_dir=None, progress=progress)
+            if scorer.is_decoder and config.icl_examples:
+                _icl(scorer, tasks.levels, config, name, None, progress)
+        report = compile_report(scorer, notes)
+        out = run_dir if len(args.model) == 1 else join(run_dir, _slug(name))
+        run.write(join(out, "results.json"), {"model": name, **report.to_dict()}, names=[])
+        say(report.table())
+        if report.fits is False:
+            bad = next(s for s in report.steps if s.fits(report.hbm_bytes) is False)
+            raise LmprobeError(
+                f"{name} does not fit {report.target or 'these devices'} at this geometry: its {bad.name} step at "
+                f"{' '.join(bad.shapes)} needs more than the {report.hbm_bytes / 2**30:.2f} GiB of a device "
+                f"(report in {join(out, 'results.json')}): pass a smaller `batch_size`, more devices (a larger "
+                "`target` or `num_slices`), `model_parallel`, or `dtype=bfloat16`")
+    say(f"\nreport in {run_dir}")
+
+
 @main_guard
 def main(argv=None):
     run = cli.Run(argv)
@@ -154,6 +196,8 @@ def main(argv=None):
     if config.generator:  # A.2 constrains a causal LM's decoding
         cli.require_kind(args, [config.generator], "syntextbench --generator (A.2)", (CAUSAL_LM,))
     run_dir = output_dir(args.output_dir)  # before any model work: a directory we cannot write fails now
+    if cli.check_compile_flags(args):
+        return _compile_only(run, args, configs, trial_tasks, run_dir)
     log.info(f"lexicon {config.lexicon}: {len(lists.positive)} positive, {len(lists.negative)} negative, "
              f"{len(lists.neutral)} neutral words; {plural(len(config.levels), 'level')} x {config.n} sentences")
 

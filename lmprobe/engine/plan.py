@@ -374,10 +374,15 @@ class _Planner:
             self._steps[key] = self._compile(mesh, strategy, rows, length)
         return self._steps[key]
 
-    def _compile(self, mesh, strategy, rows, length) -> StepMemory | None:
+    def sharded_state(self, mesh: Mesh, strategy: str):
+        """The model's state as abstract arrays (jax.ShapeDtypeStruct) sharded on ``mesh`` by ``strategy``."""
         for (_, var), p in zip(self.vars, self.params):
             sharding = NamedSharding(mesh, self.spec(p, mesh, strategy))
             var.set_value(jax.ShapeDtypeStruct(p.shape, p.dtype, sharding=sharding))
+        return self.state
+
+    def _compile(self, mesh, strategy, rows, length) -> StepMemory | None:
+        state = self.sharded_state(mesh, strategy)
         graphdef = self.graphdef
         body = (steps.token_logprobs if self.decoder else
                 functools.partial(steps.pooled_embedding, pooling="mean", layer=-1))
@@ -386,10 +391,18 @@ class _Planner:
             with tracing_on(mesh):
                 return body(nnx.merge(graphdef, state), ids, mask)
 
-        global_rows = rows * mesh.shape[DATA]
-        batch = jax.ShapeDtypeStruct((global_rows, length), jnp.int32, sharding=batch_sharding(mesh))
+        batch = jax.ShapeDtypeStruct((rows * mesh.shape[DATA], length), jnp.int32, sharding=batch_sharding(mesh))
+        lowered = jax.jit(traced, out_shardings=batch_sharding(mesh, 1)).lower(state, batch, batch)
+        return self.compiled(lowered, mesh, rows, length)
+
+    def compiled(self, lowered, mesh: Mesh, rows: int, length: int, *, head: bool | None = None,
+                 global_rows: int | None = None) -> StepMemory | None:
+        """``lowered`` compiled for ``mesh``: the compiler's memory analysis per device (RESOURCE_EXHAUSTED:
+        ``exhausted``, does not fit) and, for a target, the cost of ``rows`` per data shard x ``length``
+        (``head``: the step runs the LM head at every position; default: decoders do). None: the
+        backend gives no memory analysis. The plan's steps and compile-only runs (engine.aot) both come here."""
+        global_rows = rows * mesh.shape[DATA] if global_rows is None else global_rows
         start = time.perf_counter()
-        lowered = jax.jit(traced, out_shardings=batch_sharding(mesh, 1)).lower(self.state, batch, batch)
         try:
             compiled = lowered.compile(compiler_options=self.compiler_options(mesh))
         except jax.errors.JaxRuntimeError as e:
@@ -404,15 +417,17 @@ class _Planner:
             return None
         cost = None
         if self.target is not None:
-            cost = self.cost(compiled, global_rows, length, mesh.devices.size)
+            cost = self.cost(compiled, global_rows, length, mesh.devices.size, head=head)
         return StepMemory(rows, global_rows, length, int(m.argument_size_in_bytes), int(m.output_size_in_bytes),
                           int(m.temp_size_in_bytes), int(m.alias_size_in_bytes),
                           int(getattr(m, "generated_code_size_in_bytes", 0) or 0), seconds, cost=cost)
 
-    def useful_flops(self, rows: int, length: int, attention: bool = True) -> float:
+    def useful_flops(self, rows: int, length: int, attention: bool = True, head: bool | None = None) -> float:
         """By hand: 2 x (matmul parameters + the LM head, vocab x embed) x tokens + causal attention
-        (scores and values: 2 x layers x heads x head_dim x T (T + 1) a row)."""
-        attention_on, matmul, head, attention = attention, 0, 0, 0
+        (scores and values: 2 x layers x heads x head_dim x T (T + 1) a row; an encoder's, bidirectional:
+        x 2T^2); ``head``: whether the
+        step runs the LM head at every position (default: decoders do)."""
+        attention_on, with_head, matmul, head, attention = attention, head, 0, 0, 0
         for p in self.params:
             axes = p.axes or ()
             if not p.is_param or POSITIONS in axes or EMBED not in axes:
@@ -424,19 +439,20 @@ class _Planner:
                 matmul += math.prod(p.shape)
                 if not attention and HEADS in axes and HEAD_DIM in axes and LAYERS in axes:
                     attention = math.prod(p.shape[axes.index(a)] for a in (LAYERS, HEADS, HEAD_DIM))
-        if not self.decoder:
+        if not (self.decoder if with_head is None else with_head):
             head = 0
         attention *= attention_on
-        return rows * (2.0 * (matmul + head) * length + 2.0 * attention * length * (length + 1))
+        pairs = length * (length + 1) if self.decoder else 2 * length * length  # causal: T(T+1)/2 query-key pairs
+        return rows * (2.0 * (matmul + head) * length + 2.0 * attention * pairs)
 
-    def cost(self, compiled, rows: int, length: int, devices: int) -> StepCost:
+    def cost(self, compiled, rows: int, length: int, devices: int, head: bool | None = None) -> StepCost:
         """The step's cost; with Pallas kernels in the program (attention), their FLOPs are the hand
         count's attention, timed at the chip's peak."""
         chip = self.target.chip
         program = program_cost(compiled.as_text(), peak_flops=chip.peak_flops, hbm_bandwidth=chip.hbm_bandwidth)
         raw = (compiled.cost_analysis() or {}).get("optimal_seconds")
-        useful = self.useful_flops(rows, length)
-        kernel = useful - self.useful_flops(rows, length, attention=False) if program.custom_calls else 0.0
+        useful = self.useful_flops(rows, length, head=head)
+        kernel = useful - self.useful_flops(rows, length, attention=False, head=head) if program.custom_calls else 0.0
         seconds = program.seconds + kernel / devices / chip.peak_flops
         return StepCost(program.flops * devices, useful, program.bytes_accessed, program.collective_bytes, seconds,
                         raw, rows * length, chip.peak_flops, kernel_flops=kernel, devices=devices)

@@ -136,6 +136,19 @@ def libtpu_available() -> bool:
 
 def target_devices(t: Target) -> list:
     """The devices of ``t`` from libtpu's compiler (compile-only: they run nothing)."""
+    prepare_host(t)
+    from jax.experimental import topologies
+
+    desc = topologies.get_topology_desc(
+        platform="tpu", topology_name=t.topology, chip_config_name="megacore" if t.chip.cores_per_name == 2
+        else "default", chips_per_host_bounds=t.host_bounds, num_slices=t.num_slices, wrap=t.wrap)
+    return list(desc.devices)
+
+
+def prepare_host(t: Target) -> None:
+    """Before jax starts its backends: libtpu present (else one line naming the extra) and, on a host
+    without TPU chips, libtpu told it only compiles (its lockfile shared, the host's role given; else it
+    looks the role up when any device is first touched and says so on stderr)."""
     if not libtpu_available():
         raise LmprobeError(f"`target={t.name}` compiles for TPUs with libtpu, which is not installed: {TPU_EXTRA}")
     if not _has_tpu_chip():
@@ -146,9 +159,3 @@ def target_devices(t: Target) -> list:
                            ("TPU_ACCELERATOR_TYPE", accelerator), ("TPU_WORKER_HOSTNAMES", "localhost"),
                            ("TPU_WORKER_ID", "0")):
             os.environ.setdefault(key, value)
-    from jax.experimental import topologies
-
-    desc = topologies.get_topology_desc(
-        platform="tpu", topology_name=t.topology, chip_config_name="megacore" if t.chip.cores_per_name == 2
-        else "default", chips_per_host_bounds=t.host_bounds, num_slices=t.num_slices, wrap=t.wrap)
-    return list(desc.devices)
