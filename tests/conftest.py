@@ -1,12 +1,57 @@
-"""Test session setup: CPU only with 8 virtual devices (multi-device tests), no network, fp32 matmuls."""
+"""Test session setup: CPU only, no network, fp32 matmuls; 8 virtual devices, of which a test's default
+mesh spans one unless the test is marked ``multi_device``; one compilation cache for the session.
+
+jax fixes its device count when the backend starts, so the 8 CPU devices exist for the whole session
+(tests that name devices, ``make_mesh(devices=jax.devices()[:2])``, get them). What differs per test
+is the mesh built when none is named (``make_mesh()``, ``Scorer(model)``, ``Scorer.load``, the front
+ends): lmprobe.engine.set_default_devices makes it one device, so a method's test compiles and runs
+one unpadded program instead of an 8-way one padded to 8x the rows; a test marked ``multi_device``
+(and every test under tests/engine/, the engine's own) gets the mesh over all 8. Module-level code runs
+at collection, outside any test, and sees all 8.
+
+Compiled programs are shared across tests (and with the front ends the tests run in subprocesses)
+through a persistent compilation cache in a fresh folder for this session, with no minimum compile
+time: a new Runner of the same model and shapes loads its programs instead of compiling them.
+"""
 
 import os
+import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import jax  # noqa: E402
+import pytest  # noqa: E402
+
+from lmprobe.engine.mesh import set_default_devices  # noqa: E402
 
 jax.config.update("jax_num_cpu_devices", 8)
 jax.config.update("jax_default_matmul_precision", "highest")
+
+MULTI_DEVICE_DIRS = ("tests/engine/",)  # the engine's tests: the mesh is their subject
+
+_cache = tempfile.TemporaryDirectory(prefix="lmprobe-test-jax-cache-")
+jax.config.update("jax_compilation_cache_dir", _cache.name)  # lmprobe's enable_compilation_cache leaves it alone
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+os.environ["LMPROBE_COMPILATION_CACHE"] = _cache.name  # the front ends run in subprocesses share it
+
+
+def multi_device(item) -> bool:
+    path = os.path.relpath(str(item.path), str(item.config.rootpath)).replace(os.sep, "/")
+    return item.get_closest_marker("multi_device") is not None or path.startswith(MULTI_DEVICE_DIRS)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Before the test's fixtures (module-scoped ones included) are made: its default devices."""
+    set_default_devices(None if multi_device(item) else jax.devices()[:1])
+
+
+def pytest_runtest_teardown(item, nextitem):
+    set_default_devices(None)
+
+
+def pytest_unconfigure(config):
+    _cache.cleanup()

@@ -78,9 +78,32 @@ def batch_devices(mesh: Mesh, data_axes: Sequence[str] = (DATA,)) -> int:
     return math.prod(mesh.shape[a] for a in data_axes)
 
 
+_default_devices: list | None = None
+
+
+def set_default_devices(devices: Sequence | None = None) -> None:
+    """Say which devices a mesh spans when none are named: ``make_mesh()``, ``Scorer(model)`` without
+    ``mesh=``, ``Scorer.load`` and the front ends. ``devices``: a sequence of jax devices, or None (the
+    default): every device, ``jax.devices()``.
+
+    E.g. ``set_default_devices(jax.devices()[:1])`` where jax made several CPU devices (a test session's
+    ``jax_num_cpu_devices``) for work that runs faster unsharded; an explicit ``devices=`` or ``mesh=``
+    still takes any of them."""
+    global _default_devices
+    if devices is not None and not list(devices):
+        raise LmprobeError("set_default_devices: give at least one device, or None for every device")
+    _default_devices = None if devices is None else list(devices)
+
+
+def default_devices() -> list:
+    """The devices a mesh spans when none are named (``set_default_devices``; every device by default)."""
+    return list(jax.devices()) if _default_devices is None else list(_default_devices)
+
+
 def make_mesh(model_parallel: int = 1, devices=None) -> Mesh:
-    """A (data, model) mesh over all devices; ``model_parallel`` devices share each model copy."""
-    devices = list(jax.devices() if devices is None else devices)
+    """A (data, model) mesh over ``devices`` (``default_devices()``: every device unless
+    ``set_default_devices`` said otherwise); ``model_parallel`` devices share each model copy."""
+    devices = list(default_devices() if devices is None else devices)
     if model_parallel < 1 or len(devices) % model_parallel:
         raise LmprobeError(
             f"`model_parallel={model_parallel}` does not divide the {len(devices)} devices: "

@@ -17,6 +17,8 @@ from lmprobe.engine.mesh import make_mesh, placement
 from lmprobe.errors import CheckpointError
 from tests.engine.conftest import tiny_llama_dir  # noqa: F401  (the fixture)
 
+pytestmark = pytest.mark.multi_device  # meshes over several of the 8 CPU devices
+
 
 @pytest.fixture(scope="module")
 def saved(tiny_llama_dir, tmp_path_factory):  # noqa: F811

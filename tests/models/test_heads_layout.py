@@ -3,6 +3,7 @@ and 'model' sharding splits heads, never head_dim."""
 
 import jax
 import numpy as np
+import pytest
 from jax.sharding import PartitionSpec as P
 from safetensors.numpy import load_file
 from transformers import GPT2Config, GPT2LMHeadModel, GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM
@@ -11,6 +12,8 @@ from lmprobe.checkpoints import load
 from lmprobe.engine.mesh import TENSOR_PARALLEL, make_mesh, placement, spec_for
 from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, LAYERS
 from tests.models.parity import save_random
+
+pytestmark = pytest.mark.multi_device  # meshes over several of the 8 CPU devices
 
 D, H = 32, 4
 

@@ -16,6 +16,8 @@ from jax.sharding import PartitionSpec as P
 from lmprobe.engine.mesh import make_mesh, tracing_on
 from lmprobe.models.layers import Mask, attention, pallas_attention, traced_for
 
+pytestmark = pytest.mark.multi_device  # meshes over several of the 8 CPU devices
+
 B, T, N, D = 4, 128, 4, 32
 BF16_TOL = 2e-2  # bf16 inputs: both paths round q.k and the probabilities to bf16 at different points
 
