@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from lmprobe.checkpoints import load
-from lmprobe.engine import make_mesh, placement
+from lmprobe.engine import default_devices, make_mesh, placement, set_default_devices
 from lmprobe.engine.mesh import TENSOR_PARALLEL, spec_for
 from lmprobe.errors import LmprobeError
 
@@ -16,6 +16,22 @@ def test_mesh_covers_all_devices():
     assert dict(mesh.shape) == {"data": 2, "model": 4}
     with pytest.raises(LmprobeError, match="`model_parallel=3` does not divide the 8 devices"):
         make_mesh(model_parallel=3)
+
+
+def test_default_devices_are_those_a_mesh_spans_when_none_are_named():
+    try:
+        set_default_devices(jax.devices()[2:4])
+        assert default_devices() == jax.devices()[2:4]
+        assert list(make_mesh().devices.flat) == jax.devices()[2:4]
+        assert dict(make_mesh(model_parallel=2).shape) == {"data": 1, "model": 2}
+        assert make_mesh(devices=jax.devices()).size == 8  # named devices: any of them
+        with pytest.raises(LmprobeError, match="`model_parallel=4` does not divide the 2 devices"):
+            make_mesh(model_parallel=4)
+        with pytest.raises(LmprobeError, match="at least one device"):
+            set_default_devices([])
+    finally:
+        set_default_devices(None)
+    assert default_devices() == jax.devices() and make_mesh().size == 8
 
 
 def test_dims_that_do_not_divide_stay_whole():

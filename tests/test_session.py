@@ -1,0 +1,27 @@
+"""The test session's setup (tests/conftest.py): 8 CPU devices, a default mesh over one of them unless a
+test is marked multi_device, and a compilation cache of the session's own."""
+
+import os
+import tempfile
+
+import jax
+import pytest
+
+from lmprobe.engine import default_devices, make_mesh
+
+
+def test_a_test_gets_a_one_device_default_mesh_and_can_name_all_eight():
+    assert jax.device_count() == 8
+    assert default_devices() == jax.devices()[:1] and make_mesh().size == 1
+    assert make_mesh(devices=jax.devices()).size == 8
+
+
+@pytest.mark.multi_device
+def test_a_multi_device_test_gets_all_eight():
+    assert default_devices() == jax.devices() and dict(make_mesh(model_parallel=2).shape) == {"data": 4, "model": 2}
+
+
+def test_compiled_programs_go_to_the_sessions_own_cache():
+    directory = jax.config.jax_compilation_cache_dir
+    assert directory.startswith(tempfile.gettempdir()) and os.environ["LMPROBE_COMPILATION_CACHE"] == directory
+    assert jax.config.jax_persistent_cache_min_compile_time_secs == 0
