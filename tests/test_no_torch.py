@@ -1,7 +1,10 @@
-"""No torch at run time: every front end's smallest job (tests.user_jobs, the decoder and the encoder
-defaults) runs in a subprocess where torch cannot be imported, and any attempt to import it fails
-the test. torch is a test dependency (transformers' models are the parity reference), never a
-run-time one: a user's install has none."""
+"""No torch (nor any other test-only package) at run time: every front end's smallest job
+(tests.user_jobs, the decoder and the encoder defaults) runs in a subprocess where the test extra's
+packages cannot be imported, and any attempt to import one fails the test. torch is a test
+dependency (transformers' models are the parity reference), never a run-time one: a user's install
+has none, nor lm_eval, nltk, scikit-learn... (those a job may try, as an optional package, and must
+run without). This is where the jobs run: CI's user-install step runs
+only their install check (tests.user_jobs --install_check)."""
 
 from __future__ import annotations
 
@@ -15,12 +18,24 @@ from tests import user_jobs
 
 def test_the_guard_sees_an_import_of_torch():
     """Control: the hidden torch is reported when something imports it, and looks absent to probes."""
-    code = user_jobs.NO_TORCH + (
+    code = user_jobs.no_torch_code() + (
         "import importlib.util; assert importlib.util.find_spec('torch') is None\n"
         "try:\n    import torch.nn\nexcept ModuleNotFoundError:\n    print('refused')\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "refused", done.stderr
     assert user_jobs.TORCH_MARK in done.stderr and "<string>" in done.stderr
+
+
+def test_the_guard_hides_the_test_extra_and_nothing_a_user_installs():
+    hidden = user_jobs.test_extra_modules()
+    assert {"torch", "lm_eval", "nltk", "sklearn", "pytest", "hypothesis", "accelerate"} <= set(hidden)
+    assert not {"jax", "flax", "numpy", "scipy", "transformers", "yaml", "lmprobe", "experiments"} & set(hidden)
+    code = user_jobs.no_torch_code() + (
+        "import importlib.util, yaml, jax\nassert importlib.util.find_spec('sklearn') is None\n"
+        "try:\n    import lm_eval.api\nexcept ModuleNotFoundError:\n    print('refused')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "refused", done.stderr
+    assert user_jobs.TORCH_MARK not in done.stderr  # an optional package may be tried: only torch is marked
 
 
 @pytest.fixture(scope="module")

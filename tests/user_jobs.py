@@ -1,14 +1,18 @@
 """Each front end's smallest job, run as a user's install runs it: the first hour's checks.
 
-    python -m tests.user_jobs                # every job; a table of job, seconds, exit status
-    python -m tests.user_jobs --no_torch     # the same with torch made unimportable (a dev machine)
-    python -m tests.user_jobs byod-decoder   # some jobs
+    python -m tests.user_jobs                  # every job; a table of job, seconds, exit status
+    python -m tests.user_jobs --no_torch       # the same with the test extra hidden (torch, lm_eval, ...)
+    python -m tests.user_jobs byod-decoder     # some jobs
+    python -m tests.user_jobs --install_check  # the smoke job, the listings and every front end's --help
 
-CI runs them in a fresh virtual environment that has only README's first command's install (no
-torch, no pytest: this module needs neither). tests/test_no_torch.py runs them in the suite with
-torch hidden, and fails on any attempt to import it. Each job uses the embedded models
-(smollm2-135m, minilm-l6) and the data that README's first command installs, at settings that take
-seconds; a job is one command line, as a user types it.
+The jobs run once, in the suite: tests/test_no_torch.py runs each with the test extra's packages
+(setup.cfg; torch, lm_eval, nltk, scikit-learn, ...) made unimportable, as a user's install lacks
+them, and fails on any attempt to import one. CI's first step checks the user's install itself, a
+fresh virtual environment with only README's first command's install (no test extra: this module
+needs none of it): that the smoke job computes with both embedded models and every front end
+imports its method and parses its flags there (--install_check, about a minute). Each job uses the
+embedded models (smollm2-135m, minilm-l6) and the data that README's first command installs, at
+settings that take seconds; a job is one command line, as a user types it.
 """
 
 from __future__ import annotations
@@ -49,22 +53,60 @@ JOBS = {
 NEEDS = {"sweep": "train"}  # job -> the job whose output it reads (run first, into the same folder)
 NO_OUTPUT_DIR = {"smoke", "plan", "models", "datasets", "assets"}
 
+INSTALL_CHECK = ["smoke", "plan", "models", "datasets", "assets"]  # seconds each; with every front end's --help
+HELP = "--help"  # a job "<front end> --help" (install_check_jobs)
+
+
+def install_check_jobs() -> list[str]:
+    """What CI's user install runs: the smoke job, the listings and "<front end> --help" for each front end."""
+    front_ends = dict.fromkeys(JOBS[job][0] for job in JOBS if job not in INSTALL_CHECK)
+    return [*INSTALL_CHECK, *(f"{name} {HELP}" for name in front_ends)]
+
+
+def test_extra_modules() -> list[str]:
+    """The import names of the test extra's packages (setup.cfg) that are no run-time requirement and are
+    installed here: what a user's install lacks and --no_torch hides."""
+    import configparser
+    import re
+    from importlib import metadata
+
+    def names(text):
+        return {re.split(r"[\s\[<>=!~;]", line.strip(), maxsplit=1)[0].lower().replace("_", "-")
+                for line in text.splitlines() if line.strip() and not line.strip().startswith("#")}
+
+    setup = configparser.ConfigParser()
+    setup.read(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "setup.cfg"))
+    test_only = names(setup["options.extras_require"]["test"]) - names(setup["options"]["install_requires"])
+    return sorted(module for module, dists in metadata.packages_distributions().items()
+                  if any(d.lower().replace("_", "-") in test_only for d in dists))
+
+
 TORCH_MARK = "user_jobs: an import of torch was attempted"
-# Run first in the job's interpreter: torch looks absent to availability checks (importlib.util.find_spec),
-# and an import statement for it fails and writes TORCH_MARK with the importing stack to stderr.
-NO_TORCH = f"""\
+# Run first in the job's interpreter: the test extra's packages (torch and HIDDEN) look absent to
+# availability checks (importlib.util.find_spec) and an import of one raises ModuleNotFoundError, as in a
+# user's install. An import of torch, guarded or not, also writes TORCH_MARK with the importing stack to
+# stderr (no code path may try it); the others may be tried (optional: nltk's tagger, jax's libtpu) and
+# the job must then run without them.
+HIDDEN_CODE = """\
 import importlib.abc, importlib.util, sys, traceback
+_HIDDEN = set({hidden!r})
 _find_spec = importlib.util.find_spec
 importlib.util.find_spec = lambda name, package=None: (
-    None if name.partition(".")[0] == "torch" else _find_spec(name, package))
-class _NoTorch(importlib.abc.MetaPathFinder):
+    None if name.partition(".")[0] in _HIDDEN else _find_spec(name, package))
+class _NoTestExtra(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name.partition(".")[0] != "torch":
+        if name.partition(".")[0] not in _HIDDEN:
             return None
-        sys.stderr.write({TORCH_MARK!r} + " (" + name + "):\\n" + "".join(traceback.format_stack()))
+        if name.partition(".")[0] == "torch":
+            sys.stderr.write({mark!r} + " (" + name + "):\\n" + "".join(traceback.format_stack()))
         raise ModuleNotFoundError(f"No module named {{name!r}} (hidden by tests.user_jobs)", name=name)
-sys.meta_path.insert(0, _NoTorch())
+sys.meta_path.insert(0, _NoTestExtra())
 """
+
+
+def no_torch_code() -> str:
+    """Python run first in a job's interpreter that hides torch and the rest of the test extra."""
+    return HIDDEN_CODE.format(hidden=sorted({"torch", *test_extra_modules()}), mark=TORCH_MARK)
 
 
 def argv(job: str, output_dir: str) -> list[str]:
@@ -75,12 +117,13 @@ def argv(job: str, output_dir: str) -> list[str]:
 
 
 def run(job: str, output_dir: str, *, no_torch: bool = False, timeout: float = 900) -> subprocess.CompletedProcess:
-    """Run ``job`` in a fresh interpreter (torch hidden with ``no_torch``); its output captured."""
-    name, *flags = argv(job, output_dir)
+    """Run ``job`` in a fresh interpreter (the test extra hidden with ``no_torch``); its output captured.
+    ``job`` is a key of JOBS or "<front end> --help"."""
+    name, *flags = argv(job, output_dir) if job in JOBS else job.split()
     module = f"experiments.{name}" if name not in ("models", "datasets") else "experiments"
     args = flags if module != "experiments" else [name, *flags]
     if no_torch:
-        code = NO_TORCH + f"import runpy; sys.argv = {[module, *args]!r}; runpy.run_module({module!r}, " \
+        code = no_torch_code() + f"import runpy; sys.argv = {[module, *args]!r}; runpy.run_module({module!r}, " \
                           "run_name='__main__', alter_sys=True)"
         command = [sys.executable, "-c", code]
     else:
@@ -92,9 +135,10 @@ def run(job: str, output_dir: str, *, no_torch: bool = False, timeout: float = 9
 def main(argv_: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv_ is None else argv_
     no_torch = "--no_torch" in args
-    jobs = [a for a in args if not a.startswith("--")] or list(JOBS)
+    jobs = [a for a in args if not a.startswith("--")] or (install_check_jobs() if "--install_check" in args
+                                                           else list(JOBS))
     jobs = list(dict.fromkeys(j for job in jobs for j in (NEEDS.get(job), job) if j))  # prerequisites first
-    unknown = [j for j in jobs if j not in JOBS]
+    unknown = [j for j in jobs if j not in JOBS and j not in install_check_jobs()]
     if unknown:
         print(f"error: unknown job(s) {', '.join(unknown)}; jobs: {', '.join(JOBS)}", file=sys.stderr)
         return 2
@@ -107,7 +151,7 @@ def main(argv_: list[str] | None = None) -> int:
             torch = TORCH_MARK in done.stderr
             print(f"{job:<22} {seconds:7.1f} s  exit {done.returncode}{'  TORCH IMPORTED' if torch else ''}  "
                   f"python -m experiments{'.' if job not in ('models', 'datasets') else ' '}"
-                  f"{' '.join(argv(job, os.path.join('DIR', job)))}", flush=True)
+                  f"{' '.join(argv(job, os.path.join('DIR', job)) if job in JOBS else job.split())}", flush=True)
             if done.returncode != 0 or torch:
                 failed.append(job)
                 print(done.stdout[-3000:] + done.stderr[-6000:], file=sys.stderr)
