@@ -35,7 +35,7 @@ DECODER_LADDER = {
     "probe_rt_polarity": ((0.736, 0.645, 0.535, 0.545, 0.530), (0.030, 0.034, 0.036, 0.034, 0.036), False, False),
     "zero_shot_rt_polarity": ((0.757, 0.607, 0.512, 0.484, 0.458), (0.044, 0.032, 0.012, 0.027, 0.033), False,
                               False),
-    "prose_bits_per_byte": ((1.387, 1.489, 1.826, 3.956, 6.505), (0.036, 0.038, 0.043, 0.114, 0.125), True, False),
+    "heldout_bits_per_byte": ((1.387, 1.489, 1.826, 3.956, 6.505), (0.036, 0.038, 0.043, 0.114, 0.125), True, False),
 }
 # the minilm-l6 noise ladder (0, 0.02, 0.05, 0.1), and mpnet-base, nomic-embed-v1.5
 ENCODERS = ("minilm-l6", "@noise=0.02", "@noise=0.05", "@noise=0.1", "mpnet-base", "nomic-embed-v1.5")
@@ -51,7 +51,7 @@ DECODER_NUMBERS = {
     "probe_rt_polarity": ((0.736, 0.786, 0.675, 0.835), (0.030, 0.027, 0.033, 0.026)),
     "zero_shot_rt_polarity": ((0.757, 0.605, 0.779, 0.830), (0.044, 0.032, 0.045, 0.041)),
     "zero_shot_tweets": ((0.395, 0.350, 0.465, 0.621), (0.044, 0.012, 0.034, 0.053)),
-    "prose_bits_per_byte": ((1.387, 1.236, 1.636, 1.141), (0.036, 0.038, 0.064, 0.035)),
+    "heldout_bits_per_byte": ((1.387, 1.236, 1.636, 1.141), (0.036, 0.038, 0.064, 0.035)),
 }
 
 

@@ -26,7 +26,8 @@ from experiments.cli import main_guard, parse, parser, say
 from lmprobe.checkpoints.resolve import resolve
 from lmprobe.data.corpus import load_corpus
 from lmprobe.errors import LmprobeError
-from lmprobe.integrations.in_loop import DEFAULT_METHODS, METHODS, ProxyCallback
+from lmprobe.integrations.in_loop import DEFAULT_METHODS, ProxyCallback
+from lmprobe.methods.stages import STAGES
 from lmprobe.models.llama import Llama, LlamaConfig
 
 
@@ -66,7 +67,7 @@ def main(argv=None):
     p.add_argument("--seq", type=int, default=128, help="tokens per training sequence")
     p.add_argument("--calls", type=int, default=4, help="callback calls")
     p.add_argument("--every", type=int, default=3, help="training steps between calls")
-    p.add_argument("--methods", default=",".join(DEFAULT_METHODS), help=f"proxies, of {', '.join(METHODS)}")
+    p.add_argument("--methods", default=",".join(DEFAULT_METHODS), help=f"proxies, of {', '.join(STAGES)}")
     p.add_argument("--examples", type=int, default=32, help="the callback's examples per BYOD metric")
     args = parse(p, argv)
     if args.calls < 2 or args.every < 1:

@@ -23,15 +23,15 @@ earlier rows whole (``read_rows`` skips a torn last line).
 In a multi-process job every process calls the probe at the same steps (the queries are collective).
 Between calls the Scorer keeps a reference to the weights it last scored.
 
-Proxies (``methods``, METHODS), each the method's own code at small settings:
-heldout_loss (methods.realtask.perplexity: nats per token and bits per byte on ``heldout_texts``
-documents), byod_negation / byod_word_order / byod_long_range / byod_tokenization / byod_entropy
-(methods.byod on ``examples`` sentences or paragraphs), syntextbench (methods.syntextbench: the
-score and the mean level accuracy, ``syntextbench_n`` sentences on ``syntextbench_levels``, no
-baselines or in-context prompts), synbench (methods.synbench: eps 0, a_t 0.7, ``synbench_n``
-samples at scales 1 and 5). Left out: SCoPE and MSTemp need a second model (score saved
-checkpoints against one with ``lmprobe sweep`` or their front ends), and BYOD's toxicity samples
-continuations on every call.
+Proxies (``methods``): stages of lmprobe.methods.stages, the same code and numbers as validate and
+sweep at small settings: heldout (``heldout_loss``, nats per token, and ``heldout_bits_per_byte``
+on ``heldout_texts`` documents), byod_negation / byod_word_order / byod_long_range /
+byod_tokenization / byod_entropy (BYOD on ``examples`` sentences or paragraphs of the corpus),
+syntextbench (``syntextbench_n`` sentences on ``syntextbench_levels``), synbench (``synbench_n``
+samples at ``synbench_scales``), probes; a number a stage cannot give here (BYOD's normalised
+negation: no benign corpus) is left out of the row. Left out: SCoPE and MSTemp need a second model (score
+saved checkpoints against one with ``lmprobe sweep`` or their front ends), and BYOD's toxicity
+samples continuations on every call.
 """
 
 from __future__ import annotations
@@ -42,61 +42,21 @@ import os
 import time
 from collections.abc import Sequence
 
-import numpy as np
 from flax import nnx
 
 from lmprobe.data.corpus import Corpus, load_corpus
-from lmprobe.engine import HiddenMemo, Scorer
+from lmprobe.engine import Scorer
 from lmprobe.engine.runtime import is_main
 from lmprobe.errors import LmprobeError
 from lmprobe.log import notice
-from lmprobe.methods import realtask, synbench, syntextbench
-from lmprobe.methods.byod import knowledge, long_range, next_token
+from lmprobe.methods import realtask, stages, syntextbench
+from lmprobe.methods.byod import knowledge, long_range
 from lmprobe.methods.byod.common import shuffled
 from lmprobe.store import is_remote, json_text
 
 FILENAME = "proxies.jsonl"
 BUCKETS = (16, 32, 64, 128, 256, 512)  # coarser than the engine's: fewer programs to compile on the first call
-EMBEDDINGS = ("syntextbench", "synbench")  # the methods that read hidden states, not next-token distributions
-DEFAULT_METHODS = ("heldout_loss", "byod_negation", "byod_word_order", "byod_long_range", "syntextbench")
-
-
-def _metric(name: str, result) -> dict:
-    """A BYOD MetricResult as {name: score, name_stderr: stderr}."""
-    return {name: result.score, f"{name}_stderr": result.stderr}
-
-
-def _heldout(probe, scorer, memo) -> dict:
-    out = realtask.perplexity(scorer, probe.heldout, max_chars=probe.heldout_chars)
-    return {"heldout_loss": out["nll_per_token"], "heldout_bits_per_byte": out["bits_per_byte"]}
-
-
-def _syntextbench(probe, scorer, memo) -> dict:
-    result = syntextbench.run(scorer, probe.syntextbench_config, model_name="in-loop", tasks=probe.tasks)
-    return {"syntextbench": result.score,
-            "syntextbench_accuracy": float(np.mean([level["accuracy"] for level in result.levels]))}
-
-
-def _synbench(probe, scorer, memo) -> dict:
-    result = synbench.run(synbench.scorer_representation(scorer, "in-loop"), probe.synbench_config)
-    return {"synbench": result.scores[0]["score"]}
-
-
-# name -> proxy(probe, scorer, memo) -> metrics; the memo shares hidden states within one call
-METHODS = {
-    "heldout_loss": _heldout,
-    "byod_negation": lambda p, s, m: _metric("byod_negation", knowledge.negation(s, p.negatable, limit=None)),
-    "byod_word_order": lambda p, s, m: _metric("byod_word_order", next_token.word_order(
-        s, p.sentences, limit=p.examples, seed=p.seed, memo=m)),
-    "byod_long_range": lambda p, s, m: _metric("byod_long_range", long_range.long_range(
-        s, p.paragraphs, limit=p.examples, seed=p.seed)),
-    "byod_tokenization": lambda p, s, m: _metric("byod_tokenization", next_token.tokenization(
-        s, p.sentences, limit=p.examples, memo=m)),
-    "byod_entropy": lambda p, s, m: _metric("byod_entropy", next_token.entropy(
-        s, p.sentences, limit=p.examples, memo=m)),
-    "syntextbench": _syntextbench,
-    "synbench": _synbench,
-}
+DEFAULT_METHODS = ("heldout", "byod_negation", "byod_word_order", "byod_long_range", "syntextbench")
 
 
 class ProxyCallback:
@@ -114,12 +74,12 @@ class ProxyCallback:
                  heldout: Sequence[str] | None = None, heldout_texts: int = 32, heldout_chars: int = 200,
                  examples: int = 32, syntextbench_n: int = syntextbench.MIN_N,
                  syntextbench_levels: Sequence[float] = (0.0, 0.2, 0.4, 0.6, 0.8),
-                 synbench_n: int = 512, batch_size: int = 16, max_length: int = 256,
-                 buckets: Sequence[int] = BUCKETS):
-        unknown = [m for m in methods if m not in METHODS]
+                 synbench_n: int = 512, synbench_scales: Sequence[float] = (1.0, 5.0), batch_size: int = 16,
+                 max_length: int = 256, buckets: Sequence[int] = BUCKETS):
+        unknown = [m for m in methods if m not in stages.STAGES]
         if unknown or not methods:
             raise LmprobeError(f"ProxyCallback: unknown method(s) {unknown or '(none given)'}: choose from "
-                               f"{', '.join(METHODS)}")
+                               f"{', '.join(stages.STAGES)}")
         if min(examples, heldout_texts, heldout_chars, batch_size, max_length) < 1:
             raise LmprobeError(f"ProxyCallback: examples={examples}, heldout_texts={heldout_texts}, heldout_chars="
                                f"{heldout_chars}, batch_size={batch_size} and max_length={max_length} must be >= 1")
@@ -135,40 +95,37 @@ class ProxyCallback:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
         self.scorer, self.rows = None, 0  # rows: calls done
         self.last_seconds, self.last_seconds_by_method = None, {}  # the latest call's wall time, in all and per method
+        self.settings = stages.Settings(syntextbench_n=syntextbench_n, syntextbench_levels=tuple(syntextbench_levels),
+                                        synbench_n=synbench_n, synbench_scales=tuple(synbench_scales),
+                                        byod_examples=examples, heldout_chars=heldout_chars, seed=seed,
+                                        batch_size=batch_size)
+        self.inputs = stages.load_inputs([m for m in self.methods if m in ("syntextbench", "probes")], self.settings)
         self._prepare(corpus, heldout, heldout_texts)
-        self.syntextbench_config = syntextbench.Config(n=syntextbench_n, levels=tuple(syntextbench_levels),
-                                                       seed=seed, baselines=False, icl_examples=0)
-        self.tasks = syntextbench.build_tasks(self.syntextbench_config) if "syntextbench" in methods else None
-        self.synbench_config = synbench.Config(n=synbench_n, scales=(1.0, 5.0), epsilons=(0.0,), a_t=(0.7,),
-                                               seed=seed)
-        if "synbench" in methods:
-            self.synbench_config.check()
 
     def _prepare(self, corpus, heldout, heldout_texts: int) -> None:
-        """The fixed inputs: sentences, negatable sentences, long paragraphs, held-out texts."""
-        needs_corpus = any(m.startswith("byod_") for m in self.methods) or (
-            "heldout_loss" in self.methods and heldout is None)
+        """The fixed inputs: BYOD's corpus and the held-out texts, each checked to hold what its methods need."""
+        needs_corpus = any(m.startswith("byod_") for m in self.methods) or ("heldout" in self.methods
+                                                                            and heldout is None)
         if not needs_corpus:
             corpus = None
         elif isinstance(corpus, str | os.PathLike):
             corpus = load_corpus(os.fspath(corpus))
         elif not isinstance(corpus, Corpus):
             corpus = Corpus.from_texts("texts", list(corpus))
-        pool = 8 * self.examples  # candidates a metric may skip to reach its examples, the same each call
-        sentences = shuffled(corpus.sentences, self.seed) if corpus else []
-        self.sentences = sentences[:pool]
-        self.negatable = [e["text"] for e in knowledge.build(sentences, self.examples).examples]
-        self.paragraphs = shuffled(corpus.long_paragraphs(long_range.MIN_SENTENCES), self.seed)[:pool] if corpus else []
         if heldout is not None:
             self.heldout = [t for t in heldout if t.strip()]
         else:  # documents of the corpus whose first heldout_chars fit max_length tokens
             docs = shuffled(corpus.documents, self.seed + 1)[:4 * heldout_texts] if corpus else []
             self.heldout = self._fitting(docs)[:heldout_texts]
+        self.inputs.corpus, self.inputs.heldout = corpus, self.heldout
+        sentences = shuffled(corpus.sentences, self.seed)[:8 * self.examples] if corpus else []
+        usable = {"byod_negation": lambda: knowledge.build(sentences, 1).examples,
+                  "byod_long_range": lambda: corpus.long_paragraphs(long_range.MIN_SENTENCES) if corpus else [],
+                  "heldout": lambda: self.heldout}
         source = "the heldout texts" if heldout is not None else f"corpus '{getattr(corpus, 'name', '')}'"
-        for name, inputs in (("byod_negation", self.negatable), ("byod_long_range", self.paragraphs),
-                             ("heldout_loss", self.heldout)):
-            if name in self.methods and not inputs:
-                where = source if name == "heldout_loss" else f"corpus '{corpus.name}'"
+        for name, found in usable.items():
+            if name in self.methods and not found():
+                where = source if name == "heldout" else f"corpus '{corpus.name}'"
                 raise LmprobeError(f"ProxyCallback: {name} finds no usable text in {where}: give English prose "
                                    "(e.g. corpus='fortunes'; negation needs is/was/were, long_range paragraphs of "
                                    f"{long_range.MIN_SENTENCES}+ sentences) or drop the method")
@@ -190,12 +147,10 @@ class ProxyCallback:
         start = time.perf_counter()
         scorer = self._scorer(model, step)
         traced = sum(scorer.compilations.values()) if self.rows else None
-        memo, metrics, seconds = HiddenMemo(), {}, {}
-        for name in self.methods:
-            begin = time.perf_counter()
-            metrics.update(METHODS[name](self, scorer, memo))
-            seconds[name] = round(time.perf_counter() - begin, 4)
-        metrics = {k: None if v is None else float(v) for k, v in metrics.items()}
+        found, seconds = stages.run(self.methods, scorer, self.settings, self.inputs, name="in-loop")
+        metrics = {k: float(v) for k, v in found.items()  # a reading it cannot give here is left out
+                   if v is not None and not k.endswith((stages.DF, stages.ITEMS))}
+        seconds = {k: round(v, 4) for k, v in seconds.items()}
         self.last_seconds, self.last_seconds_by_method = time.perf_counter() - start, seconds
         row = {"step": step, "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
                "seconds": round(self.last_seconds, 4), **metrics, "seconds_by_method": seconds,
@@ -229,15 +184,7 @@ class ProxyCallback:
 
     def check(self, scorer: Scorer) -> None:
         """One error, before any work, naming the methods ``scorer``'s model cannot run and why."""
-        callable_lm = scorer.identity.get("family") == "CallableLM"
-        why = {}
-        for name in self.methods:
-            if name not in EMBEDDINGS and not scorer.is_decoder:
-                why[name] = "a causal language model"
-            elif name in EMBEDDINGS and scorer.config.hidden_size is None:
-                why[name] = "hidden states (return (logits, hidden [B, T, D]) from apply or __call__)"
-            elif name == "synbench" and callable_lm:
-                why[name] = "the model's token embeddings, which a CallableLM or module of your own does not expose"
+        why = stages.missing(self.methods, scorer, own_model=scorer.identity.get("family") == "CallableLM")
         if why:
             needs = "; ".join(f"{name} needs {reason}" for name, reason in why.items())
             keep = tuple(m for m in self.methods if m not in why)

@@ -29,9 +29,8 @@ from lmprobe.checkpoints import orbax_io
 from lmprobe.checkpoints.discover import Found
 from lmprobe.engine import Scorer, make_mesh, model_identity
 from lmprobe.errors import LmprobeError
+from lmprobe.methods.stages import STAGES, missing
 from lmprobe.models import CallableLM
-
-HIDDEN = ("syntextbench", "synbench")  # sweep methods that read hidden states
 
 
 class OwnModel:
@@ -129,17 +128,14 @@ class OwnModel:
         self.last = (found.path, scorer)
         return scorer
 
-    def check(self, found: Found, methods, *, heldout: bool = False) -> Scorer:
-        """The first step's Scorer, or one error naming the sweep ``methods`` its model cannot run."""
+    def check(self, found: Found, stages) -> Scorer:
+        """The first step's Scorer, or one error naming the sweep ``stages`` (lmprobe.methods.stages)
+        that apply to its model but that it cannot run."""
         scorer = self.scorer(found)
-        why = {}
-        if scorer.config.hidden_size is None:
-            why.update({m: "hidden states (return (logits, hidden [B, T, D]))" for m in methods if m in HIDDEN})
-        if "synbench" in methods and "synbench" not in why:
-            why["synbench"] = "the model's token embeddings, which a model of your own does not expose"
+        why = missing([s for s in stages if STAGES[s].applies(scorer)], scorer, own_model=True)
         if why:
-            keep = ",".join(dict.fromkeys(m for m in methods if m not in why))
-            raise LmprobeError(f"`methods`: {'; '.join(f'{m} needs {r}' for m, r in why.items())}: "
+            keep = ",".join(s for s in stages if s not in why)
+            raise LmprobeError(f"`methods`: {'; '.join(f'{s} needs {r}' for s, r in why.items())}: "
                                + (f"use `methods={keep}`" if keep else "give other methods"))
         return scorer
 

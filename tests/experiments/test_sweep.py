@@ -76,13 +76,15 @@ def test_one_row_per_step_with_intervals_and_heldout_loss_and_a_rerun_loads_noth
     rows = result["rows"]
     assert [(r["step"], os.path.basename(r["checkpoint"]), r["format"]) for r in rows] == [
         (100, "step_100", "hf"), (200, "step_200", "hf"), (300, "step_300", "hf")]
-    assert set(rows[0]["proxies"]) == {"syntextbench", "synbench", "synbench_corrected", "synbench_ceiling",
-                                       "synbench_eps0.2", *sweep.proxies.BYOD_READINGS,
-                                       *(f"byod_{m}" for m in sweep.proxies.BYOD_METRICS)}
-    negation = rows[0]["proxies"]["byod_negation"]
+    readings = [n for stage in sweep.stages_lib.BYOD_READINGS.values() for n in stage]
+    assert set(rows[0]["numbers"]) == {"syntextbench", "syntextbench_accuracy", "synbench", "synbench_corrected",
+                                       "synbench_ceiling", "synbench_eps0.2", *readings, *sweep.stages_lib.BYOD,
+                                       "heldout_loss", "heldout_bits_per_byte"}
+    negation = rows[0]["numbers"]["byod_negation"]
     assert negation["low"] < negation["value"] < negation["high"]
-    assert rows[0]["proxies"]["syntextbench"]["low"] is None  # no interval from SynTextBench
-    losses = [r["heldout"]["loss"] for r in rows]
+    assert rows[0]["numbers"]["syntextbench"]["low"] is None  # no interval from SynTextBench
+    assert rows[0]["metrics"]["byod_negation_stderr"] == negation["stderr"]  # the in-loop rows' flat names
+    losses = [r["numbers"]["heldout_loss"]["value"] for r in rows]
     assert len(set(losses)) == 3 and all(v > 0 for v in losses)  # different weights, different numbers
     assert all(r["seconds"]["total"] > 0 for r in rows)
     assert (out / "step-heldout_loss.png").stat().st_size > 0 and (out / "step-byod_negation.png").exists()
@@ -161,7 +163,7 @@ def test_orbax_steps_are_swept(tiny_llama_dir, tmp_path):
         nnx.update(src.model, jax.tree.map(lambda a: a * 0.5, nnx.state(src.model, nnx.Param)))
     rows = _sweep(root, tmp_path / "out", *QUICK, f"--heldout={_heldout(tmp_path)}")["rows"]
     assert [(r["step"], r["format"]) for r in rows] == [(10, "orbax"), (20, "orbax"), (30, "orbax")]
-    assert len({r["heldout"]["loss"] for r in rows}) == 3 and rows[0]["checkpoint"] == str(root / "10")
+    assert len({r["numbers"]["heldout_loss"]["value"] for r in rows}) == 3 and rows[0]["checkpoint"] == str(root / "10")
 
 
 def test_an_empty_directory_is_one_clear_line(tmp_path, capsys):

@@ -17,10 +17,10 @@ from scipy import stats
 
 from experiments import validate
 from lmprobe.errors import LmprobeError
-from lmprobe.methods import proxies, realtask
+from lmprobe.methods import realtask
+from lmprobe.methods import stages as stages_lib
+from lmprobe.report import validation
 
-ARGS = types.SimpleNamespace(seed=0, pooled=True, synbench_n=None, synbench_n_per_width=20,
-                             proxies=validate.PROXIES)
 # a base model's noise ladder: syntextbench falls with noise, the probe does not; bits per byte rises
 NUMBERS = {
     "dec-a": (0.50, 0.80, 1.1), "dec-a@noise=0.1": (0.40, 0.82, 1.5), "dec-a@noise=0.3": (0.30, 0.60, 6.5),
@@ -32,11 +32,11 @@ NUMBERS = {
 
 
 def _record(label: str, numbers=None) -> dict:
-    entry = validate.model_entry(label)
+    entry = validation.model_entry(label)
     syn, probe, bpb = numbers or NUMBERS[label]
     values = {"syntextbench": syn, "synbench_ceiling": 0.99, "probe_rt_polarity": probe}
     if bpb is not None:
-        values["prose_bits_per_byte"] = bpb
+        values["heldout_bits_per_byte"] = bpb
     return {"model": label, "label": label, "base": entry.base, "ladder": list(entry.ladder) if entry.ladder else None,
             "group": "encoders" if label.startswith("enc") else "decoders", "width": 64, "numbers": values,
             "stderr": {"syntextbench": 0.02, "probe_rt_polarity": 0.01}}
@@ -46,25 +46,25 @@ RECORDS = [_record(label) for label in NUMBERS]
 
 
 def test_model_names_are_placed_on_ladders_of_known_order():
-    assert validate.model_entry("m@noise=0.1") == validate.Entry("m@noise=0.1", "m@noise=0.1", "m",
-                                                                 ("m @noise", 0.1, validate.FALLS))
-    assert validate.model_entry("m@int8@drop-layer=2@drop-layer=5").ladder == ("m@int8 @drop-layer", 2.0,
-                                                                                validate.FALLS)
-    assert validate.model_entry("m@int8").ladder is None and validate.model_entry("m@int8").base == "m"
+    assert validation.model_entry("m@noise=0.1") == validation.Entry("m@noise=0.1", "m@noise=0.1", "m",
+                                                                 ("m @noise", 0.1, validation.FALLS))
+    assert validation.model_entry("m@int8@drop-layer=2@drop-layer=5").ladder == ("m@int8 @drop-layer", 2.0,
+                                                                                validation.FALLS)
+    assert validation.model_entry("m@int8").ladder is None and validation.model_entry("m@int8").base == "m"
     with pytest.raises(LmprobeError, match="unknown model variant"):
-        validate.model_entry("m@fp4")
+        validation.model_entry("m@fp4")
 
 
 def test_a_ladder_needs_three_members_of_distinct_levels_and_correlations_one_point_per_base():
     decoders = [r for r in RECORDS if r["group"] == "decoders"]
-    ladders, notes = validate.find_ladders(decoders)
+    ladders, notes = validation.find_ladders(decoders)
     assert ladders == {"dec-a @noise": {"direction": "falls", "models": ["dec-a", "dec-a@noise=0.1", "dec-a@noise=0.3"],
                                         "levels": [0.0, 0.1, 0.3], "indices": [0, 1, 2]}}
     assert notes == ["dec-b @drop-layer: members share a level ([0.0, 1.0, 1.0]): no known order, not a ladder"]
-    picked, notes = validate.base_points(decoders)
+    picked, notes = validation.base_points(decoders)
     assert [decoders[i]["label"] for i in picked] == ["dec-a", "dec-b", "dec-c", "dec-d"] and notes == []
     # a base measured only as variants: its first variant stands for it, and says so
-    picked, notes = validate.base_points([_record("x@int8", (0.1, 0.5, 1.0)), _record("dec-d")])
+    picked, notes = validation.base_points([_record("x@int8", (0.1, 0.5, 1.0)), _record("dec-d")])
     assert picked == [0, 1] and notes == ["x was not measured itself: x@int8 stands for it"]
 
 
@@ -80,15 +80,15 @@ def _fake_run(root, losses: dict) -> str:
 
 def test_a_training_run_is_a_ladder_by_step_and_its_last_checkpoint_stands_for_it(tmp_path):
     run = _fake_run(tmp_path / "myrun", {100: 5.0, 8: 7.5, 32: 6.1})
-    got = validate.checkpoint_entries(run)
-    assert [(e.label, e.ladder, e.heldout_loss) for e in got] == [
+    got = validation.checkpoint_entries(run)
+    assert [(e.label, e.ladder, e.trainer_heldout_loss) for e in got] == [
         ("myrun@step=8", ("myrun training steps", 8, "rises"), 7.5),
         ("myrun@step=32", ("myrun training steps", 32, "rises"), 6.1),
         ("myrun@step=100", ("myrun training steps", 100, "rises"), 5.0)]
     records = [{"label": e.label, "base": e.base, "ladder": list(e.ladder)} for e in got]
-    assert validate.base_points(records) == ([2], ["myrun: its last checkpoint myrun@step=100 stands for the run"])
-    assert validate.find_ladders(records)[0]["myrun training steps"]["models"] == [e.label for e in got]
-    assert validate.run_name(f"{tmp_path}/myrun/checkpoints/*") == "myrun"
+    assert validation.base_points(records) == ([2], ["myrun: its last checkpoint myrun@step=100 stands for the run"])
+    assert validation.find_ladders(records)[0]["myrun training steps"]["models"] == [e.label for e in got]
+    assert validation.run_name(f"{tmp_path}/myrun/checkpoints/*") == "myrun"
 
 
 def _exact_p(x, y, statistic) -> float:
@@ -99,7 +99,7 @@ def _exact_p(x, y, statistic) -> float:
 
 
 def test_trends_along_ladders_have_exact_p_and_correlations_use_base_models_only():
-    trends = validate.ladder_trends(RECORDS, ARGS)
+    trends = validation.ladder_trends(RECORDS)
     rows = {(r["ladder"], r["name"]): r for r in trends["decoders"]["rows"]}
     syn = rows[("dec-a @noise", "syntextbench")]  # falls with noise as quality does: tau signed +1
     tau = stats.kendalltau([0, 1, 2], [0.50, 0.40, 0.30]).statistic
@@ -110,10 +110,10 @@ def test_trends_along_ladders_have_exact_p_and_correlations_use_base_models_only
     probe = rows[("dec-a @noise", "probe_rt_polarity")]  # 0.80, 0.82, 0.60: not monotone
     assert probe["tau"] == pytest.approx(-stats.kendalltau([0, 1, 2], [0.80, 0.82, 0.60]).statistic)
     assert probe["monotone"] == 0
-    bpb = rows[("dec-a @noise", "prose_bits_per_byte")]  # lower is better, rises with noise: follows
+    bpb = rows[("dec-a @noise", "heldout_bits_per_byte")]  # lower is better, rises with noise: follows
     assert bpb["tau"] == pytest.approx(1.0) and bpb["follows"]
 
-    correlations = validate.correlate(RECORDS, ARGS)
+    correlations = validation.correlate(RECORDS, pooled=True)
     decoders = correlations["decoders"]
     assert decoders["models"] == ["dec-a", "dec-b", "dec-c", "dec-d"]
     row = next(r for r in decoders["rows"] if (r["proxy"], r["task"]) == ("syntextbench", "probe_rt_polarity"))
@@ -127,8 +127,8 @@ def test_trends_along_ladders_have_exact_p_and_correlations_use_base_models_only
 
 
 def test_summary_names_models_errors_ladders_and_the_power_of_each_correlation():
-    correlations = validate.correlate(RECORDS, ARGS)
-    trends, resolved = validate.ladder_trends(RECORDS, ARGS), validate.resolved(RECORDS)
+    correlations = validation.correlate(RECORDS, pooled=True)
+    trends, resolved = validation.ladder_trends(RECORDS), validation.resolved(RECORDS)
     assert resolved["decoders"]["syntextbench"]["n_pairs"] == 36
     assert ["dec-c", "dec-c@int8"] in resolved["decoders"]["syntextbench"]["unresolved"]  # 0.01 apart, se 0.02
     text = validate.summary(RECORDS, correlations, trends, resolved)
@@ -149,16 +149,17 @@ def test_a_fixed_synbench_n_at_or_below_the_width_is_refused(tmp_path, monkeypat
 
 
 def test_a_fixed_synbench_n_across_widths_is_refused():
-    args = types.SimpleNamespace(**{**vars(ARGS), "synbench_n": 2048})
-    validate.check_synbench_widths({"a": 384, "b": 384}, "encoders", args)
+    settings = stages_lib.Settings(synbench_n=2048)
+    validation.check_synbench_widths({"a": 384, "b": 384}, "encoders", settings)
     with pytest.raises(LmprobeError, match=r"a \(width 384, n / width 5.3\), b \(width 768, n / width 2.7\)"):
-        validate.check_synbench_widths({"a": 384, "b": 768}, "encoders", args)
+        validation.check_synbench_widths({"a": 384, "b": 768}, "encoders", settings)
 
 
 def test_main_writes_results_and_plots_from_measured_records(tmp_path, monkeypatch, capsys):
     by_label, figures = {r["label"]: r for r in RECORDS}, []
-    monkeypatch.setattr(validate, "load_data", lambda args: None)
-    monkeypatch.setattr(validate, "measure", lambda entry, *rest: by_label[entry.label])
+    monkeypatch.setattr(stages_lib, "load_inputs", lambda stages, settings: None)
+    monkeypatch.setattr(validate.cli, "load_scorer", lambda args, name: None)
+    monkeypatch.setattr(validation, "measure", lambda entry, *rest, **kw: by_label[entry.label])
     monkeypatch.setattr(validate.gc, "collect", lambda: 0)  # no weights to free; a full collection takes 0.5 s
     monkeypatch.setattr(validate.plots, "save_figure",
                         lambda fig, path: (figures.append(os.path.basename(path)), validate.plots.plt.close(fig)))
@@ -180,20 +181,21 @@ class FakeMethods:
         self.calls = []
         m = monkeypatch.setattr
         sets = {"rt_polarity": ([], []), "tweets": ([], [])}
-        m(validate, "load_data", lambda args: validate.Data(sets, [], proxies.Inputs(
-            tasks=[None] * args.syntextbench_trials)))
+        m(stages_lib, "load_inputs", lambda stages, s: stages_lib.Inputs(
+            tasks=[None] * s.syntextbench_trials, probes=sets, heldout=["a held-out text"]))
         m(validate.cli, "load_scorer", lambda args, name: types.SimpleNamespace(
             name=name, is_decoder=True, config=types.SimpleNamespace(hidden_size=64), identity={"name": name}))
         m(validate.gc, "collect", lambda: 0)
         m(validate.plots, "scatter_grid", lambda *a, **kw: self.calls.append(("scatter", a[-1])))
-        m(proxies.syntextbench, "run", self.syntextbench)
-        m(proxies.synbench, "scorer_representation", lambda scorer, name, **kw: scorer)
-        m(proxies.synbench, "run", self.synbench)
-        m(proxies.synbench, "ceiling", lambda width, config, **kw: self.synbench(None, config, ceiling=width))
-        m(proxies.byod, "run", self.byod)
-        m(validate.realtask, "probe", lambda scorer, *a, **kw: self.task(scorer, "probe", "balanced_accuracy"))
-        m(validate.realtask, "zero_shot", lambda scorer, *a, **kw: self.task(scorer, "zero_shot", "balanced_accuracy"))
-        m(validate.realtask, "perplexity", lambda scorer, *a, **kw: self.task(scorer, "prose", "bits_per_byte"))
+        m(stages_lib.syntextbench, "run", self.syntextbench)
+        m(stages_lib.synbench, "scorer_representation", lambda scorer, name, **kw: scorer)
+        m(stages_lib.synbench, "run", self.synbench)
+        m(stages_lib.synbench, "ceiling", lambda width, config, **kw: self.synbench(None, config, ceiling=width))
+        m(stages_lib.byod, "run", self.byod)
+        task = stages_lib.realtask
+        m(task, "probe", lambda scorer, *a, **kw: self.task(scorer, "probe", "balanced_accuracy"))
+        m(task, "zero_shot", lambda scorer, *a, **kw: self.task(scorer, "zero_shot", "balanced_accuracy"))
+        m(task, "perplexity", lambda scorer, *a, **kw: self.task(scorer, "heldout", "bits_per_byte", nll_per_token=3.0))
 
     @staticmethod
     def noise(scorer) -> float:
@@ -202,7 +204,7 @@ class FakeMethods:
     def syntextbench(self, scorer, config, **kw):
         self.calls.append(("syntextbench", scorer.name, config.seed))
         return types.SimpleNamespace(score=0.5 - self.noise(scorer) + 0.1 * config.seed, config=config,
-                                     scores_by_a_t={}, icl_accuracy_mean=None)
+                                     scores_by_a_t={}, icl_accuracy_mean=None, levels=[{"accuracy": 0.9}])
 
     def synbench(self, scorer, config, ceiling=None, **kw):
         self.calls.append(("synbench", getattr(scorer, "name", ceiling), config.n))
@@ -217,9 +219,9 @@ class FakeMethods:
         metric = types.SimpleNamespace(score=self.noise(scorer), stderr=0.01, extra=extra)
         return types.SimpleNamespace(metrics=dict.fromkeys(config.metrics, metric))
 
-    def task(self, scorer, name, key):
+    def task(self, scorer, name, key, **more):
         self.calls.append((name, scorer.name))
-        return {key: 0.8 - self.noise(scorer), f"{key}_stderr": 0.02}
+        return {key: 0.8 - self.noise(scorer), f"{key}_stderr": 0.02, **more}
 
 
 def test_every_method_reaches_the_numbers_with_its_errors_and_a_rerun_computes_nothing(tmp_path, monkeypatch,
@@ -237,7 +239,7 @@ def test_every_method_reaches_the_numbers_with_its_errors_and_a_rerun_computes_n
     assert record["numbers"]["synbench_ceiling"] == 0.9 and record["synbench_n"] == 20 * 64
     assert ("synbench", "m@noise=0.1", 1280) in fake.calls and ("synbench", 64, 1280) in fake.calls
     assert record["numbers"]["byod_negation_normalized"] == 0.3 and record["stderr"]["byod_word_order_net"] == 0.02
-    assert record["stderr"]["probe_tweets"] == 0.02 and record["stderr"]["prose_bits_per_byte"] == 0.02
+    assert record["stderr"]["probe_tweets"] == 0.02 and record["stderr"]["heldout_bits_per_byte"] == 0.02
     decoders = result["correlations"]["decoders"]
     assert decoders["models"] == ["m", "other", "third"] and decoders["dropped"] == ["m@noise=0.1", "m@noise=0.2"]
     assert {r["proxy"] for r in decoders["rows"]} >= {"synbench_corrected", "byod_negation_normalized"}
@@ -258,15 +260,16 @@ def test_a_training_run_joins_as_a_ladder_with_its_heldout_loss(tmp_path, monkey
     FakeMethods(monkeypatch)
     run = _fake_run(tmp_path / "tiny", {0: 8.0, 10: 6.5, 20: 5.0})
     validate.main([f"--ladder_checkpoints={run}", f"--output_dir={tmp_path / 'out'}", "--proxies=synbench",
-                   "--tasks=prose", "--verbosity=warning"])
+                   "--tasks=heldout", "--verbosity=warning"])
     result = json.loads((tmp_path / "out" / "results.json").read_text())
-    assert [r["numbers"]["heldout_loss"] for r in result["models"]] == [8.0, 6.5, 5.0]
+    assert [r["numbers"]["trainer_heldout_loss"] for r in result["models"]] == [8.0, 6.5, 5.0]
     trends = result["ladders"]["decoders"]
     assert trends["ladders"]["tiny training steps"]["direction"] == "rises"
-    heldout = next(r for r in trends["rows"] if r["name"] == "heldout_loss")
+    heldout = next(r for r in trends["rows"] if r["name"] == "trainer_heldout_loss")
     assert heldout["tau"] == pytest.approx(1.0) and heldout["follows"]  # the loss falls with training
     tracking = trends["training"]["tiny training steps"]
-    assert {(r["proxy"], r["task"]) for r in tracking} >= {("synbench", "heldout_loss")}
+    assert {(r["proxy"], r["task"]) for r in tracking} >= {("synbench", "trainer_heldout_loss"),
+                                                           ("synbench", "heldout_loss")}
     out = capsys.readouterr().out
     assert "across the run's checkpoints" in out and "1 base model" in out
 
@@ -298,7 +301,7 @@ def test_pairs_scored_on_the_same_items_are_tested_paired():
         record["stderr"]["probe_rt_polarity"] = 0.023  # the bootstrap's size at n = 400
         record["items"] = {"probe_rt_polarity": items}
         rows.append(record)
-    got = validate.resolved(rows)["decoders"]["probe_rt_polarity"]
+    got = validation.resolved(rows)["decoders"]["probe_rt_polarity"]
     assert ["m-a", "m-b"] in got["resolved"] and ["m-a", "m-c"] in got["unresolved"]
-    unpaired = validate.resolved([{**r, "items": {}} for r in rows])["decoders"]["probe_rt_polarity"]
+    unpaired = validation.resolved([{**r, "items": {}} for r in rows])["decoders"]["probe_rt_polarity"]
     assert unpaired["n_resolved"] == 0  # 0.03 apart with errors of 0.023 each

@@ -85,7 +85,7 @@ def test_callable_lm_matches_module(tokenizer, tmp_path):
         out = nnx.merge(graphdef, params)(ids, mask)
         return out.logits, out.last_hidden_state
 
-    settings = dict(methods=("heldout_loss", "byod_word_order"), examples=8, heldout_texts=8, batch_size=8)
+    settings = dict(methods=("heldout", "byod_word_order"), examples=8, heldout_texts=8, batch_size=8)
     by_module = ProxyCallback(tokenizer, tmp_path / "module", **settings)
     by_callable = ProxyCallback(tokenizer, tmp_path / "callable", **settings)
     train_step = training(model, 1e-2)
@@ -106,9 +106,9 @@ def test_callable_lm_matches_module(tokenizer, tmp_path):
 
 def test_bad_input(tokenizer, tmp_path):
     """A first call without a model, a model of another shape later, a bad step or method: one clear error."""
-    with pytest.raises(LmprobeError, match="unknown method.*heldout_loss"):
+    with pytest.raises(LmprobeError, match="unknown method.*heldout"):
         ProxyCallback(tokenizer, methods=("perplexity",))
-    probe = ProxyCallback(tokenizer, tmp_path, methods=("heldout_loss",), heldout_texts=4)
+    probe = ProxyCallback(tokenizer, tmp_path, methods=("heldout",), heldout_texts=4)
     model = tiny(tokenizer)
     with pytest.raises(LmprobeError, match="first call needs the model itself"):
         probe(0, nnx.state(model))
@@ -138,13 +138,13 @@ def test_methods_the_model_cannot_run_are_refused_before_any_work(tokenizer, tmp
     probe = ProxyCallback(tokenizer, tmp_path, heldout_texts=4, examples=8)
     start = time.perf_counter()
     with pytest.raises(LmprobeError, match=r"ProxyCallback: syntextbench needs hidden states .*: drop it \(methods="
-                                           r"\('heldout_loss', 'byod_negation', 'byod_word_order', 'byod_long_range'"):
+                                           r"\('heldout', 'byod_negation', 'byod_word_order', 'byod_long_range'"):
         probe(0, logits_only)
     assert time.perf_counter() - start < 5 and probe.scorer is None and not (tmp_path / FILENAME).exists()
     with_hidden = CallableLM(lambda p, ids, mask: (lambda o: (o.logits, o.last_hidden_state))(
         nnx.merge(graphdef, p)(ids, mask)), params, max_length=256)
     with pytest.raises(LmprobeError, match="synbench needs the model's token embeddings"):
-        ProxyCallback(tokenizer, methods=("synbench", "heldout_loss"), heldout_texts=4)(0, with_hidden)
+        ProxyCallback(tokenizer, methods=("synbench", "heldout"), heldout_texts=4)(0, with_hidden)
 
 
 class OwnDecoder(nnx.Module):
@@ -163,7 +163,7 @@ def test_a_foreign_nnx_module_is_probed_as_it_trains(tokenizer, tmp_path):
     """The module itself on every call (the trainer's nnx.Optimizer updates it in place): new numbers,
     no new compilation, and the held-out loss of the module's own forward pass."""
     module = OwnDecoder(len(tokenizer), nnx.Rngs(0))
-    probe = ProxyCallback(tokenizer, tmp_path, methods=("heldout_loss", "byod_word_order"), heldout_texts=4,
+    probe = ProxyCallback(tokenizer, tmp_path, methods=("heldout", "byod_word_order"), heldout_texts=4,
                           examples=8, max_length=64)
     first = probe(0, module)
     traces = sum(probe.compilations.values())

@@ -284,15 +284,16 @@ def _fingerprint(corpus) -> str:
 
 
 def run(scorer, corpus, config: Config, *, model_name: str, benign=None, profanity=None,
-        cache_dir: str | None = None, progress: Callable = no_progress) -> Result:
+        cache_dir: str | None = None, progress: Callable = no_progress, memo: HiddenMemo | None = None) -> Result:
     """The chosen metrics of ``config`` on ``scorer``'s model over ``corpus`` (an
     lmprobe.data.corpus.Corpus); ``benign`` (a Corpus) normalises the negation score and
     ``profanity`` (lmprobe.data.profanity.Profanity, or the LmprobeError that loading it raised) is
     the toxicity word list. Each metric uses ``config.limit(name)`` examples. A metric that
-    cannot run (its input is unusable) is reported in ``errors``; the others still run."""
+    cannot run (its input is unusable) is reported in ``errors``; the others still run. ``memo``: hidden
+    states to share with other work on the same weights (default: this run's own)."""
     config.check()
     require_kind("byod", model_name, scorer.kind, KINDS)
-    inputs = Inputs(scorer, config, corpus, benign, profanity, progress, HiddenMemo())
+    inputs = Inputs(scorer, config, corpus, benign, profanity, progress, memo or HiddenMemo())
     fingerprint = _fingerprint(corpus) if cache_dir else None
     metrics, errors, stages = {}, {}, Stages()
     for name in config.metrics:
