@@ -79,8 +79,8 @@ def join(base, *parts: str) -> str:
 def _fix_for(path, error: BaseException) -> str:
     if isinstance(error, ImportError):
         return (f"{error}; this Python has no file-system backend for {str(path).split('://')[0]}:// paths: "
-                "install it (pip install gcsfs for gs://), or pass a local --output_dir")
-    return f"{type(error).__name__}: {error}; pass an --output_dir this process can write"
+                "install it (pip install gcsfs for gs://), or pass a local `output_dir`")
+    return f"{type(error).__name__}: {error}; pass an `output_dir` this process can write"
 
 
 def _io_error(path, action: str, error: BaseException) -> LmprobeError:

@@ -105,7 +105,7 @@ def download(model: str, repo_id: str, revision: str | None, *, pickle: bool = F
         ) from None
     except RevisionNotFoundError:
         raise CheckpointError(
-            f"revision '{revision}' of model {label} does not exist on the hub: check --revision"
+            f"revision '{revision}' of model {label} does not exist on the hub: check `revision`"
         ) from None
     except (HfHubHTTPError, OSError) as e:
         raise CheckpointError(f"downloading model {label} from the hub failed: {e}") from None

@@ -36,7 +36,7 @@ def hf_config(model: str | os.PathLike | dict, *, offline: bool | None = None,
         path = os.path.expanduser(name)
         local = path if os.path.exists(path) else embedded_path(name) or ladder_path(name)
         if local is not None and revision is not None:
-            raise CheckpointError(f"--revision={revision} applies to hub models; '{name}' is a local model")
+            raise CheckpointError(f"`revision={revision}` applies to hub models; '{name}' is a local model")
         if local is not None:
             config, where = _local_config(name, local)
         else:

@@ -32,7 +32,7 @@ def refusal(path: str) -> CheckpointError:
         f"checkpoint '{os.path.dirname(path)}' only has pickled weights ('{os.path.basename(path)}'), "
         "which can run arbitrary code when loaded: convert them to safetensors (e.g. with "
         "transformers: from_pretrained(dir).save_pretrained(dir, safe_serialization=True)), or, if "
-        "you trust the file, pass allow_pickle=True (CLI: --allow_pickle)"
+        "you trust the file, pass `allow_pickle=True`"
     )
 
 

@@ -114,8 +114,8 @@ def _snapshot(model: str, repo_id: str, offline, allow_pickle: bool, revision) -
         if not allow_pickle:
             raise CheckpointError(
                 f"the hub snapshot of model '{model}' ({directory}) has no safetensors weights: if "
-                f"{repo_id} only has pickled weights (pytorch_model.bin), pass allow_pickle=True "
-                f"(CLI: --allow_pickle) or convert them to safetensors; else re-download it "
+                f"{repo_id} only has pickled weights (pytorch_model.bin), pass `allow_pickle=True` "
+                f"or convert them to safetensors; else re-download it "
                 f"(hf download {repo_id})"
             )
         directory = hub.download(model, repo_id, revision, pickle=True)

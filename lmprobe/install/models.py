@@ -169,7 +169,7 @@ def install(asset: ladder.Asset, root: str, download: Download, keep_downloads: 
     free = shutil.disk_usage(home).free
     if free < _need(asset):
         raise AssetError(f"{asset.alias} needs about {files.mb(_need(asset))} of free disk in '{root}' while "
-                         f"installing, {files.mb(free)} is free: free some space or pass --dir=ELSEWHERE")
+                         f"installing, {files.mb(free)} is free: free some space or pass `dir=ELSEWHERE`")
     for name in [markers.MARKER, *(f for f in os.listdir(home) if f.endswith(".partial"))]:
         files.remove(os.path.join(home, name))  # a stale marker, an interrupted run's leftovers
     downloads = os.path.join(root, "downloads", asset.alias)

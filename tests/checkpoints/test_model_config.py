@@ -44,7 +44,7 @@ def test_shipped_config_when_the_hub_cache_lacks_it():
 
 
 def test_errors(tmp_path):
-    with pytest.raises(CheckpointError, match=r"--revision=main applies to hub models; '.*' is a local model"):
+    with pytest.raises(CheckpointError, match=r"`revision=main` applies to hub models; '.*' is a local model"):
         hf_config(write_model_dir(tmp_path / "m"), revision="main")
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError, match=r"'.*empty' has no config.json"):
