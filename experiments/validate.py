@@ -81,6 +81,7 @@ def chosen(args) -> tuple[str, ...]:
                            f"({', '.join(stages_lib.BYOD)}); real tasks go in `tasks`")
     return (*stages, *args.tasks)
 
+
 # --- the summary -------------------------------------------------------------------------------
 
 
