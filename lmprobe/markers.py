@@ -1,4 +1,4 @@
-"""Installed markers: the ``installed.json`` an installer writes last into an asset's folder (ladder
+"""Installed markers: the ``installed.json`` an installer writes last into an asset's folder (PyPI
 models: ``<cache root>/models/<alias>/``, data: ``<cache root>/data/<alias>/``), vouching for the
 files beside it. Readers trust a marker that matches today's pins and do not re-hash the files.
 """

@@ -1,4 +1,4 @@
-"""The installed-marker store (lmprobe.markers) that ladder models and data assets share: the format
+"""The installed-marker store (lmprobe.markers) that PyPI models and data assets share: the format
 on disk, and which markers vouch for their folder."""
 
 import json

