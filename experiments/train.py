@@ -1,4 +1,4 @@
-"""Train a small Llama-family decoder from scratch on offline English text: a checkpoint ladder of known order.
+"""Train a small Llama-family decoder from scratch on offline English text: checkpoints of known order.
 
     python -m experiments.train [--output_dir=runs/train]             # the default run (~30 min on 2 quiet CPU cores)
     python -m experiments.train --preset=tiny --output_dir=/tmp/tiny   # seconds (the tests)

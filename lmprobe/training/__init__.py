@@ -1,4 +1,4 @@
-"""Train a small decoder from scratch on offline text, writing a checkpoint ladder of known order.
+"""Train a small decoder from scratch on offline text, writing checkpoints on a log-spaced schedule.
 
     from lmprobe.training import preset, train
     result = train(preset("tiny", steps=64), "runs/tiny")   # checkpoints/<step>/ with their held-out losses

@@ -1,4 +1,4 @@
-"""What a training run is: the corpus, the tokenizer, the model's size, the optimizer and the checkpoint ladder.
+"""What a training run is: the corpus, the tokenizer, the model's size, the optimizer and the checkpoint schedule.
 
 ``Config()`` is the default run (sized for about 30 minutes on a quiet 2-core CPU); ``PRESETS["tiny"]``
 the seconds-long run the tests use. ``hf_config(config, vocab_size, eos)`` is the Hugging Face
@@ -72,7 +72,8 @@ def preset(name: str, **overrides) -> Config:
 
 
 def checkpoint_steps(config: Config) -> list[int]:
-    """0, then log-spaced from ``first_checkpoint`` (``checkpoints_per_octave`` per doubling), and the last step."""
+    """The checkpoint schedule: 0, then log-spaced from ``first_checkpoint`` (``checkpoints_per_octave`` per
+    doubling), and the last step."""
     out, k = {0, config.steps}, 0
     while (step := round(config.first_checkpoint * 2 ** (k / config.checkpoints_per_octave))) < config.steps:
         out.add(step)

@@ -1,4 +1,4 @@
-"""Train a run from scratch, or resume it, writing the checkpoint ladder (``train``).
+"""Train a run from scratch, or resume it, writing a checkpoint at each step of the checkpoint schedule (``train``).
 
 Layout of the run directory:
 
@@ -158,8 +158,8 @@ def train(config: Config, output_dir: str, *, progress: Callable = lambda it, **
         log.info(f"resuming at step {start} of {config.steps} from {state.directory}")
     log_path = os.path.join(output_dir, "train_log.jsonl")
     rows = read_log(log_path, start)
-    ladder = os.path.join(output_dir, "checkpoints")
-    curve = {s: orbax_io.find(os.path.join(ladder, str(s))).meta["metadata"] for s in orbax_io.steps(ladder)}
+    saved = os.path.join(output_dir, "checkpoints")
+    curve = {s: orbax_io.find(os.path.join(saved, str(s))).meta["metadata"] for s in orbax_io.steps(saved)}
     planned = checkpoint_steps(config)
     parameters = parameter_count(config, len(prep.tokenizer))
     log.info(f"model: {parameters:,} parameters ({config.num_layers} layers, width {config.hidden_size}, "
@@ -175,7 +175,7 @@ def train(config: Config, output_dir: str, *, progress: Callable = lambda it, **
                 "train_loss": float(np.mean(losses)) if losses else None,
                 "tokens": step * config.train_batch_size * config.seq_len, "seconds": time.perf_counter() - began,
                 "learning_rate": float(lr(step))}
-        orbax_io.save(ladder, step, model.merge(params), hf_config=prep.hf_config, tokenizer=prep.tokenizer,
+        orbax_io.save(saved, step, model.merge(params), hf_config=prep.hf_config, tokenizer=prep.tokenizer,
                       metadata=meta)
         curve[step] = meta
         shown = "-" if meta["train_loss"] is None else f"{meta['train_loss']:.4f}"
@@ -205,6 +205,6 @@ def train(config: Config, output_dir: str, *, progress: Callable = lambda it, **
     finally:
         state.close()
     timed = np.asarray(times[1:]).reshape(-1, 2)  # the first step compiles
-    return Result([{"step": s, **curve[s]} for s in planned], {s: os.path.join(ladder, str(s)) for s in planned},
+    return Result([{"step": s, **curve[s]} for s in planned], {s: os.path.join(saved, str(s)) for s in planned},
                   prep.hf_config, parameters, prep.info, start or None,
                   *(float(x) for x in timed.mean(0)) if len(timed) else (None, None))

@@ -2,8 +2,8 @@
 CheckpointManager directory that keeps the latest step only (``RUN_DIR/train_state/<step>/``: a
 StandardSave item ``state`` {"params", "opt_state"} and a JSON item ``meta`` {"step", "seconds"}).
 
-Kept apart from the checkpoint ladder (lmprobe.checkpoints.orbax_io), which holds the model alone
-for evaluation and keeps every step.
+Kept apart from the checkpoints of the checkpoint schedule (``RUN_DIR/checkpoints/<step>/``,
+lmprobe.checkpoints.orbax_io), which hold the model alone for evaluation and keep every scheduled step.
 """
 
 from __future__ import annotations
