@@ -17,6 +17,13 @@ negation is BookCorpus in the paper, WordNet gloss examples here by default (--b
 Writes OUTPUT_DIR/results.json, samples.jsonl (per-example records) and radar.png (the paper's
 Fig. 2, one polygon per model). Each metric is cached under OUTPUT_DIR/cache: a rerun resumes
 where it stopped.
+
+Compile before you rent: --compile_only [--target=v5e-8] compiles every engine step the run would
+execute at its batch geometry (scoring, packed scoring, hidden states, pair statistics, generation)
+and writes per step its shapes, calls, the compiler's memory per device and fit and the TPU cost
+model's estimate to OUTPUT_DIR/results.json, reading no weight and running nothing:
+
+    python -m experiments.byod --model=opt-13b --target=v5e-8 --compile_only
 """
 
 from __future__ import annotations
@@ -50,9 +57,15 @@ class FrontEnd:
     output_dir: str = "runs/byod"  # results.json, samples.jsonl, radar.png and the metric caches
 
 
+COMPILED_ON_ZEROS = ("the method's own code chose the steps, running on the zeros compiled steps return: where a "
+                     "step's input comes from the model's output (toxicity's generated continuations), its shapes are "
+                     "those zeros give")
+
+
 def build_parser():
     p = cli.parser(__doc__, "byod")
     cli.front_end(p, FrontEnd, convert={"max_documents": flags.bounded(1)})
+    cli.compile_flags(p)
     return p, cli.method(p, byod.Config, choices={"metrics": byod.METRICS})
 
 
@@ -122,6 +135,11 @@ def main(argv=None):
     # a list that cannot be read fails the toxicity metric only (reported in results.json)
     profanity = _or_error(load_profanity, args.profanity) if "toxicity" in config.metrics else None
     out = output_dir(args.output_dir)  # before any model work: a directory we cannot write fails now
+    if cli.check_compile_flags(args):  # every step of each model's run compiled, nothing run (cli.compile_only)
+        cli.compile_only(run, args, lambda scorer, name: byod.run(
+            scorer, corpus, config, model_name=name, benign=benign, profanity=profanity, cache_dir=None),
+            out, notes=[COMPILED_ON_ZEROS])
+        return
     log.info(f"corpus {corpus.name}: {plural(len(corpus.paragraphs), 'paragraph')}, "
              f"{plural(len(corpus.sentences), 'sentence')}"
              + (f"; benign {benign.name}: {plural(len(benign.sentences), 'sentence')}" if benign else "")

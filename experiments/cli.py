@@ -70,7 +70,7 @@ class Compile:
 
 
 COMPILE = "compile before you rent (lmprobe.engine.aot)"
-COMPILE_FRONT_ENDS = ("plan", "syntextbench")  # the front ends with --target
+COMPILE_FRONT_ENDS = ("plan", "syntextbench", "byod")  # the front ends with --target
 
 
 def compile_flags(p: flags.Parser) -> flags.Flags:
@@ -92,6 +92,34 @@ def compile_only_scorer(args, name: str):
                                    strategy=args.sharding, batch_size=args.batch_size,
                                    hbm_bytes=None if args.hbm is None else parse_bytes(args.hbm, flag="hbm"),
                                    offline=offline(args), revision=args.revision)
+
+
+def compile_only(run: Run, args, queries, run_dir: str, *, notes=(), out_for=None) -> list:
+    """A compile-only run (--compile_only) of each --model: ``queries(scorer, name)`` asks what the real run
+    asks of a compile-only Scorer (lmprobe.engine.aot; its steps compiled, never run: the answers are zeros),
+    then each model's report goes to results.json (``out_for(name)``: its directory, default ``run_dir``)
+    and stdout; a step that does not fit ends the run with one line naming the flags that fix it."""
+    from lmprobe.engine.aot import compile_report
+    from lmprobe.store import join
+
+    reports = []
+    for name in args.model if isinstance(args.model, list | tuple) else [args.model]:
+        scorer = compile_only_scorer(args, name)
+        queries(scorer, name)
+        report = compile_report(scorer, notes)
+        path = join(out_for(name) if out_for else run_dir, "results.json")
+        run.write(path, {"model": name, **report.to_dict()}, names=[])
+        say(report.table())
+        reports.append(report)
+        if report.fits is False:
+            bad = next(s for s in report.steps if s.fits(report.hbm_bytes) is False)
+            raise LmprobeError(
+                f"{name} does not fit {report.target or 'these devices'} at this geometry: its {bad.name} step at "
+                f"{' '.join(bad.shapes)} needs more than the {report.hbm_bytes / 2**30:.2f} GiB of a device "
+                f"(report in {path}): pass a smaller `batch_size`, more devices (a larger `target` or "
+                "`num_slices`), `model_parallel`, or `dtype=bfloat16`")
+    say(f"\nreport in {run_dir}")
+    return reports
 
 
 def _refuse_compile_flags(p: flags.Parser, argv) -> None:

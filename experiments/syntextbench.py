@@ -152,36 +152,24 @@ class _EarlyScore:
 
 
 def _compile_only(run: cli.Run, args, configs, trial_tasks, run_dir: str) -> None:
-    """Every engine step of each model's run compiled (lmprobe.engine.aot), at the run's batch geometry:
-    the method's own embedding and in-context queries over every trial's sentences, against a
-    compile-only Scorer; a report per model in results.json. Nothing runs, no weight is read."""
-    from lmprobe.engine.aot import compile_report
+    """Every engine step of each model's run compiled (cli.compile_only): the method's own embedding and
+    in-context queries over every trial's sentences, against a compile-only Scorer."""
     from lmprobe.methods.syntextbench.run import _embeddings, _icl
+
+    def queries(scorer, name):
+        for config, tasks in zip(configs, trial_tasks):
+            pooling = config.pooling or syntextbench.default_pooling(scorer)
+            _embeddings(scorer, tasks.levels, pooling, model_name=name, cache_dir=None, progress=progress)
+            if scorer.is_decoder and config.icl_examples:
+                _icl(scorer, tasks.levels, config, name, None, progress)
 
     notes = ["not compiled: the classifier and score kernels and the loss-data baselines on the embeddings "
              "(host-sized programs on one device)"]
     if configs[0].generator:
         notes.append(f"not compiled: --generator={configs[0].generator}'s generation (A.2): its prompts' "
                      "lengths come from its own output")
-    for name in args.model:
-        scorer = cli.compile_only_scorer(args, name)
-        for config, tasks in zip(configs, trial_tasks):
-            pooling = config.pooling or syntextbench.default_pooling(scorer)
-            _embeddings(scorer, tasks.levels, pooling, model_name=name, cache_dir=None, progress=progress)
-            if scorer.is_decoder and config.icl_examples:
-                _icl(scorer, tasks.levels, config, name, None, progress)
-        report = compile_report(scorer, notes)
-        out = run_dir if len(args.model) == 1 else join(run_dir, _slug(name))
-        run.write(join(out, "results.json"), {"model": name, **report.to_dict()}, names=[])
-        say(report.table())
-        if report.fits is False:
-            bad = next(s for s in report.steps if s.fits(report.hbm_bytes) is False)
-            raise LmprobeError(
-                f"{name} does not fit {report.target or 'these devices'} at this geometry: its {bad.name} step at "
-                f"{' '.join(bad.shapes)} needs more than the {report.hbm_bytes / 2**30:.2f} GiB of a device "
-                f"(report in {join(out, 'results.json')}): pass a smaller `batch_size`, more devices (a larger "
-                "`target` or `num_slices`), `model_parallel`, or `dtype=bfloat16`")
-    say(f"\nreport in {run_dir}")
+    cli.compile_only(run, args, queries, run_dir, notes=notes,
+                     out_for=lambda name: run_dir if len(args.model) == 1 else join(run_dir, _slug(name)))
 
 
 @main_guard

@@ -211,10 +211,10 @@ def compile_only_scorer(name: str, *, target: Target | None = None, dtype=None, 
     from lmprobe.checkpoints.variants import split_name
 
     base, variants = split_name(name)
-    devices = target_devices(target) if target is not None else jax.devices()
+    mesh = make_mesh(model_parallel, target_devices(target) if target is not None else None)  # None: a run's own
+    devices = list(mesh.devices.flat)
     dtype = jnp.dtype(dtype if dtype is not None else jnp.bfloat16 if target is not None or
                       devices[0].platform != "cpu" else jnp.float32)
-    mesh = make_mesh(model_parallel, devices)
     planner, mesh, max_length, label, source = _setup(base, dtype, mesh, strategy, max_length, offline, revision,
                                                       target)
     model = nnx.merge(planner.graphdef, planner.sharded_state(mesh, strategy))

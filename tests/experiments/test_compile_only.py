@@ -31,7 +31,7 @@ def _shape(a) -> str:
     return f"{jnp.dtype(a.dtype).name}[{','.join(map(str, a.shape))}]"
 
 
-def _real_run(monkeypatch, argv) -> collections.Counter:
+def _real_run(monkeypatch, argv, main=syntextbench.main) -> collections.Counter:
     """(step, argument shapes) -> calls, of every step a real run of ``argv`` executed."""
     seen = collections.Counter()
     run = Runner.run
@@ -44,7 +44,7 @@ def _real_run(monkeypatch, argv) -> collections.Counter:
         return run(self, step, calls, readback)
 
     monkeypatch.setattr(Runner, "run", spy)
-    syntextbench.main(argv)
+    main(argv)
     monkeypatch.undo()
     return seen
 
@@ -71,6 +71,23 @@ def test_compile_only_compiles_every_step_the_run_runs(model, extra, tmp_path, m
     assert not (tmp_path / "aot" / "cache").exists()
 
 
+@pytest.mark.slow
+def test_byod_compile_only_compiles_every_step_the_run_runs(tmp_path, monkeypatch):
+    """BYOD's scoring of pairs, hidden states at positions and pair statistics: the same (step, shapes)
+    and calls as a real run of the same command."""
+    from experiments import byod
+
+    argv = ["--model=smollm2-135m", "--corpus=fortunes", "--max_examples=4", "--metrics=negation,word_order,entropy",
+            "--benign=", "--batch_size=2"]
+    ran = _real_run(monkeypatch, [*argv, f"--output_dir={tmp_path}/run"], main=byod.main)
+    byod.main([*argv, "--compile_only", f"--output_dir={tmp_path}/aot"])
+    report = _report(tmp_path / "aot" / "results.json")
+    compiled = collections.Counter()
+    for s in report["steps"]:  # one entry per (step, statics, shapes): statics apart, as the run's traces are
+        compiled[(s["step"], tuple(s["shapes"]))] += s["calls"]
+    assert compiled == ran and len({name for name, _ in ran}) >= 3
+
+
 def test_a_geometry_that_does_not_fit_is_reported_and_named(tmp_path, capsys):
     """--hbm below one batch's peak: results.json says which steps do not fit, and the run ends with
     one line naming the flags that fix it (status 2)."""
@@ -78,7 +95,7 @@ def test_a_geometry_that_does_not_fit_is_reported_and_named(tmp_path, capsys):
         syntextbench.main(["--model=minilm-l6", *SMALL, "--compile_only", "--hbm=16MiB", f"--output_dir={tmp_path}"])
     report = _report(tmp_path / "results.json")
     assert e.value.code == 2 and report["fits"] is False and report["hbm_bytes"] == 16 * 2**20
-    assert all(s["fits"] is False for s in report["steps"])  # parameters 11 MiB (fp32 on 8 devices) + temps 9 MiB
+    assert all(s["fits"] is False for s in report["steps"])  # fp32 parameters alone exceed 16 MiB a device
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]  # after the log lines
     assert len(err) == 1 and re.search(r"does not fit .* --batch_size, .*--target or --num_slices", err[0])
 
