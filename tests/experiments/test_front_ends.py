@@ -209,6 +209,7 @@ def test_scope_head_auto_is_zero_shot_for_decoders_and_fine_tuned_for_encoders()
     assert scope.build_parser()[0].parse_args(["--head=checkpoint"]).head == "checkpoint"
 
 
+@pytest.mark.multi_device  # --model_parallel=2: a mesh over several devices
 def test_synbench_loads_a_vit_with_the_shared_flags(tmp_path, monkeypatch):
     from transformers import ViTConfig, ViTModel
 
