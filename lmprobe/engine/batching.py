@@ -21,6 +21,16 @@ LENGTH_BUCKETS = tuple(sorted({8 << i for i in range(13)} | {12 << i for i in ra
 # (5 rows -> 4 + 1): another compiled shape costs about as much as running that many tokens
 # (docs/performance.md, "Batching").
 SPLIT_PADDING_TOKENS = 2048
+# Finer buckets, powers of two times 1, 1.25, 1.5 and 1.75 (all multiples of 4): at most a fifth of a
+# batch's positions are padding (sequences of 13 tokens or more), for twice the compiled shapes
+# (Scorer.embed_geometry uses them).
+FINE_LENGTH_BUCKETS = tuple(sorted({8 << i for i in range(13)} | {12 << i for i in range(12)}
+                                   | {10 << i for i in range(1, 12)} | {14 << i for i in range(1, 12)}))
+# A batch's widest activation ([tokens, width] in the compute dtype) on CPU: batches that keep it
+# within a core's share of the cache run faster per token than larger ones, which stream every
+# elementwise pass through memory (docs/performance.md, "Embedding on CPU").
+CPU_ACTIVATION_BYTES = 4 << 20
+MIN_CPU_TOKENS = 128  # fewer tokens a batch would read each weight for too little work
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +53,14 @@ def bucket_length(n: int, buckets: Sequence[int] = LENGTH_BUCKETS) -> int:
         if n <= b:
             return b
     return -(-n // buckets[-1]) * buckets[-1]
+
+
+def cpu_token_budget(width: int, itemsize: int = 4) -> int:
+    """Tokens per batch (per data shard) on CPU for a model whose widest activation has ``width``
+    features of ``itemsize`` bytes: the largest power of two whose [tokens, width] activation fits
+    ``CPU_ACTIVATION_BYTES``, at least ``MIN_CPU_TOKENS``."""
+    fits = max(1, CPU_ACTIVATION_BYTES // (width * itemsize))
+    return max(MIN_CPU_TOKENS, 1 << (fits.bit_length() - 1))
 
 
 def _pow2_at_least(n: int) -> int:

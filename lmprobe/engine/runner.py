@@ -135,17 +135,20 @@ class Runner:
         return tuple(jax.make_array_from_callback(np.shape(a), batch_sharding(self.mesh, np.ndim(a), self.data_axes),
                                                   lambda index, a=a: a[index]) for a in arrays)
 
-    def batches(self, seqs, *, left_pad: bool = False, max_length: int | None = None) -> list[Batch]:
+    def batches(self, seqs, *, left_pad: bool = False, max_length: int | None = None, max_tokens: int | None = None,
+                buckets: Sequence[int] | None = None) -> list[Batch]:
         """Bucketed batches of token id lists; no bucket exceeds ``max_length`` (the model's
-        context by default)."""
+        context by default). ``max_tokens`` and ``buckets`` replace the runner's for this call."""
         limit = max_length or self.max_length
-        return make_batches(seqs, batch_size=self.batch_size, max_tokens=self.max_tokens,
-                            buckets=self.bucket_lengths(limit), left_pad=left_pad, data_parallel=self.data_parallel)
+        return make_batches(seqs, batch_size=self.batch_size, max_tokens=max_tokens or self.max_tokens,
+                            buckets=self.bucket_lengths(limit, buckets), left_pad=left_pad,
+                            data_parallel=self.data_parallel)
 
-    def bucket_lengths(self, limit: int | None = None) -> list[int]:
-        """The length buckets, none above ``limit`` (the model's context by default)."""
+    def bucket_lengths(self, limit: int | None = None, buckets: Sequence[int] | None = None) -> list[int]:
+        """The length buckets (the runner's, or ``buckets``), none above ``limit`` (the model's
+        context by default)."""
         limit = limit or self.max_length
-        return sorted({min(b, limit) for b in self.buckets})
+        return sorted({min(b, limit) for b in (buckets or self.buckets)})
 
     def rows(self, per_device: int) -> int:
         """Rows of a batch with ``per_device`` rows on each device of the ``data_axes``."""

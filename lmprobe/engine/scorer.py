@@ -43,7 +43,7 @@ from lmprobe.checkpoints import identity as checkpoint_identity
 from lmprobe.checkpoints import load as load_checkpoint
 from lmprobe.checkpoints.variants import apply_variants, split_name
 from lmprobe.engine import generation, steps
-from lmprobe.engine.batching import LENGTH_BUCKETS, restore
+from lmprobe.engine.batching import FINE_LENGTH_BUCKETS, LENGTH_BUCKETS, cpu_token_budget, restore
 from lmprobe.engine.mesh import make_mesh, placement, replicated
 from lmprobe.engine.packing import Packed, pack_pairs, packed_rows, padded
 from lmprobe.engine.plan import check_fits
@@ -138,6 +138,7 @@ class Scorer:
     lookahead = _OnRunner()
     readback_bytes = _OnRunner()
     compilations = _OnRunner()  # traces per step name (tests, diagnostics)
+    embed_batching = "auto"  # 'auto': embed_geometry's rule for encoders on CPU; 'runner': the runner's geometry
 
     def __init_subclass__(cls, *, kind: str | None = None, **kwargs):
         """``class Seq2SeqScorer(Scorer, kind=ENCODER_DECODER)``: the class ``Scorer(model)`` gives for
@@ -492,9 +493,26 @@ class Scorer:
             return np.zeros((0, self.config.hidden_size), np.float32)
         runner = self.runner
         step = runner.jit("embed", steps.pooled_embedding, pooling=pooling, layer=layer)
-        batches = runner.batches(seqs)
+        batches = runner.batches(seqs, **self.embed_geometry())
         per_batch = runner.run(step, (runner.put(b.ids, b.mask) for b in batches))
         return np.stack(restore(batches, per_batch, len(seqs)))
+
+    def embed_geometry(self) -> dict:
+        """What ``embed`` changes in the runner's batch geometry (``Runner.batches``' overrides).
+
+        An encoder on CPU, with no ``max_tokens`` set and the default buckets, embeds at most
+        ``cpu_token_budget`` tokens per batch (its MLP width: the batch's widest activation stays in
+        cache) on ``FINE_LENGTH_BUCKETS`` (less padding); rows stay at most ``batch_size``. Nothing
+        changes for decoders, encoder-decoders, GPU and TPU, or with ``embed_batching = "runner"``.
+        """
+        if (self.embed_batching != "auto" or self.kind != ENCODER or self.max_tokens is not None
+                or self.mesh.devices.flat[0].platform != "cpu"):
+            return {}
+        width = getattr(self.config, "intermediate_size", None) or 4 * self.config.hidden_size
+        geometry = {"max_tokens": cpu_token_budget(width)}
+        if tuple(self.buckets) == LENGTH_BUCKETS:
+            geometry["buckets"] = FINE_LENGTH_BUCKETS
+        return geometry
 
     def embed_inputs(self, inputs_embeds: np.ndarray, attention_mask: np.ndarray | None = None, *,
                      pooling: str = "mean", layer: int = -1) -> np.ndarray:
