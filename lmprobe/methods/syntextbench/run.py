@@ -22,7 +22,7 @@ from lmprobe.store import Stages, cache_key, cached, cached_json, join
 DEFAULT_A_T = 0.7
 A_T_SWEEP = (0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9)  # thresholds reported beside a_t: the choice shows
 CACHE_VERSION = 2  # 2: keys hold the model's identity (checkpoint digest, dtype) and the sentences themselves
-EMBED_CHUNK = 2048  # sentences per engine call: one step of the progress bar
+EMBED_CHUNK = 8192  # sentences per engine call (one step of the progress bar): fewer partial batches
 MIN_TEST_SENTENCES = 20  # test sentences per level: accuracy in steps of 0.05 at least (the a_t sweep's spacing)
 MIN_N = next(n for n in itertools.count(1) if synthetic.test_size(n) >= MIN_TEST_SENTENCES)  # 195
 
@@ -195,16 +195,7 @@ def run(scorer, config: Config, *, model_name: str, cache_dir: str | None = None
                                         progress=progress)
 
     with stages("scoring"):
-        y_train = np.stack([train_set.labels for train_set, _ in pairs]).astype(np.int32)
-        y_test = np.stack([test_set.labels for _, test_set in pairs]).astype(np.int32)
-        summary = kernels.syntextbench_accuracy_margin(jnp.asarray(np.stack(train)), jnp.asarray(y_train),
-                                                       jnp.asarray(np.stack(test)), jnp.asarray(y_test),
-                                                       energy=config.energy)
-        accuracy, margin = np.asarray(summary.accuracy), np.asarray(summary.mean_scaled_margin)
-        thresholds = jnp.asarray((config.a_t, *config.a_t_sweep), jnp.float32)[:, None]
-        scores = np.asarray(kernels.syntextbench_score(jnp.asarray(accuracy), jnp.asarray(margin),
-                                                       thresholds)).reshape(-1)
-        score, scores_by_a_t = float(scores[0]), {f"{a:g}": float(v) for a, v in zip(config.a_t_sweep, scores[1:])}
+        accuracy, margin, score, scores_by_a_t = level_scores(pairs, train, test, config)
     if on_score is not None:
         on_score(score, scores_by_a_t)
 
@@ -222,7 +213,7 @@ def run(scorer, config: Config, *, model_name: str, cache_dir: str | None = None
         with stages("baselines", f"{model_name}: loss-data baselines"):
             i = config.levels.index(config.baseline_level)
             x = np.concatenate([train[i], test[i]])
-            y = np.concatenate([y_train[i], y_test[i]])
+            y = np.concatenate([pairs[i][0].labels, pairs[i][1].labels]).astype(np.int32)
             key = cache_key(embeddings=keys[i], steps=config.baseline_steps, seed=config.seed,
                             version=CACHE_VERSION)
             baselines = _maybe_cached_json(cache_dir, f"baselines-{key}", lambda: {
@@ -231,6 +222,21 @@ def run(scorer, config: Config, *, model_name: str, cache_dir: str | None = None
                     desc=f"{model_name}: loss-data baselines"))})
     return Result(model_name, score, scores_by_a_t, levels, baselines, stages.seconds, config, tasks.source,
                   stages.cached)
+
+
+def level_scores(pairs, train, test, config: Config):
+    """Alg. 1 lines 4-11 from the levels' (train, test) embeddings: per-level accuracy and mean
+    scaled margin (numpy), the score at config.a_t, and the scores at config.a_t_sweep."""
+    y_train = np.stack([train_set.labels for train_set, _ in pairs]).astype(np.int32)
+    y_test = np.stack([test_set.labels for _, test_set in pairs]).astype(np.int32)
+    summary = kernels.syntextbench_accuracy_margin(jnp.asarray(np.stack(train)), jnp.asarray(y_train),
+                                                   jnp.asarray(np.stack(test)), jnp.asarray(y_test),
+                                                   energy=config.energy)
+    accuracy, margin = np.asarray(summary.accuracy), np.asarray(summary.mean_scaled_margin)
+    thresholds = jnp.asarray((config.a_t, *config.a_t_sweep), jnp.float32)[:, None]
+    scores = np.asarray(kernels.syntextbench_score(jnp.asarray(accuracy), jnp.asarray(margin),
+                                                   thresholds)).reshape(-1)
+    return accuracy, margin, float(scores[0]), {f"{a:g}": float(v) for a, v in zip(config.a_t_sweep, scores[1:])}
 
 
 def default_pooling(scorer) -> str:
