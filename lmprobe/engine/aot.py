@@ -286,20 +286,30 @@ class CompileReport:
                  f"config {self.config})",
                  f"  parameters {g(self.param_bytes_per_device)} per device; batch_size {self.batch_size} rows per "
                  f"device; {len(self.steps)} step shape{'s' * (len(self.steps) != 1)} compiled in {self.seconds:.0f} s",
-                 f"  {'step':<12} {'arguments (global shapes)':<30} {'calls':>6} {'compile':>8} {'temp/dev':>11} "
+                 f"  {'step':<12} {'arguments (global shapes)':<34} {'calls':>6} {'compile':>8} {'temp/dev':>11} "
                  f"{'peak/dev':>11} {'fits':>4} {'FLOPs/useful':>12} {'est. ms':>8} {'est. total':>10}"]
+        variants: dict[str, list[str]] = {}  # a step jitted with several statics: each its own label
+        for s in self.steps:
+            statics = ", ".join(f"{k}={v}" for k, v in sorted(s.static.items()))
+            if statics not in variants.setdefault(s.name, []):
+                variants[s.name].append(statics)
         for s in self.steps:
             m, fit, est = s.memory, s.fits(self.hbm_bytes), s.seconds
             c = m.cost if m is not None else None
-            shapes = " ".join(s.shapes)
+            shapes = " ".join(s.shapes) if len(s.shapes) < 3 else f"{s.shapes[0]} .. {s.shapes[-1]}"
+            kinds = variants[s.name]
+            label = s.name if len(kinds) == 1 else (
+                f"{s.name}#{kinds.index(', '.join(f'{k}={v}' for k, v in sorted(s.static.items()))) + 1}")
             lines.append(
-                f"  {s.name:<12} {shapes if len(shapes) <= 30 else shapes[:27] + '...':<30} {s.calls:>6} "
+                f"  {label:<12} {shapes if len(shapes) <= 34 else shapes[:31] + '...':<34} {s.calls:>6} "
                 f"{(m.compile_seconds if m else 0):>7.1f}s {g(m.temp_bytes if m else None):>11} "
                 f"{('OOM' if m and m.exhausted else g(m.peak_bytes if m else None)):>11} "
                 f"{'-' if fit is None else 'yes' if fit else 'NO':>4} "
                 f"{'-' if c is None else f'{c.overhead:.2f}x':>12} "
                 f"{'-' if est is None else f'{est * 1e3:.3g}':>8} "
                 f"{'-' if est is None else f'{est * s.calls:.3g} s':>10}")
+        lines += [f"  {name}#{i + 1}: {statics}" for name, kinds in variants.items() if len(kinds) > 1
+                  for i, statics in enumerate(kinds)]
         total = self.estimated_seconds
         if total is not None:
             missing = self.untimed
