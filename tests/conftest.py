@@ -1,5 +1,5 @@
 """Test session setup: CPU only, no network, fp32 matmuls; 8 virtual devices, of which a test's default
-mesh spans one unless the test is marked ``multi_device``; one compilation cache for the session.
+mesh spans one unless the test is marked ``multi_device``; one compilation cache that every test shares.
 
 jax fixes its device count when the backend starts, so the 8 CPU devices exist for the whole session
 (tests that name devices, ``make_mesh(devices=jax.devices()[:2])``, get them). What differs per test
@@ -10,12 +10,14 @@ one unpadded program instead of an 8-way one padded to 8x the rows; a test marke
 at collection, outside any test, and sees all 8.
 
 Compiled programs are shared across tests (and with the front ends the tests run in subprocesses)
-through a persistent compilation cache in a fresh folder for this session, with no minimum compile
-time: a new Runner of the same model and shapes loads its programs instead of compiling them.
+through a persistent compilation cache with no minimum compile time: a new Runner of the same model
+and shapes loads its programs instead of compiling them. The folder is $LMPROBE_COMPILATION_CACHE, else
+~/.cache/lmprobe/jax-tests (apart from the user's runs' cache, which keeps only programs that took
+0.5 s to compile); it outlives the session, as the library's own does, so that a rerun of the suite
+compiles only what changed, and is capped at 2 GiB (least recently used programs go first).
 """
 
 import os
-import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -31,11 +33,13 @@ jax.config.update("jax_default_matmul_precision", "highest")
 
 MULTI_DEVICE_DIRS = ("tests/engine/",)  # the engine's tests: the mesh is their subject
 
-_cache = tempfile.TemporaryDirectory(prefix="lmprobe-test-jax-cache-")
-jax.config.update("jax_compilation_cache_dir", _cache.name)  # lmprobe's enable_compilation_cache leaves it alone
+CACHE = os.environ.get("LMPROBE_COMPILATION_CACHE") or os.path.join(
+    os.path.expanduser("~"), ".cache", "lmprobe", "jax-tests")
+jax.config.update("jax_compilation_cache_dir", CACHE)  # lmprobe's enable_compilation_cache leaves it alone
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-os.environ["LMPROBE_COMPILATION_CACHE"] = _cache.name  # the front ends run in subprocesses share it
+jax.config.update("jax_compilation_cache_max_size", 2 << 30)
+os.environ["LMPROBE_COMPILATION_CACHE"] = CACHE  # the front ends the tests run in subprocesses share it
 
 
 def multi_device(item) -> bool:
@@ -51,7 +55,3 @@ def pytest_runtest_setup(item):
 
 def pytest_runtest_teardown(item, nextitem):
     set_default_devices(None)
-
-
-def pytest_unconfigure(config):
-    _cache.cleanup()

@@ -1,8 +1,7 @@
 """The test session's setup (tests/conftest.py): 8 CPU devices, a default mesh over one of them unless a
-test is marked multi_device, and a compilation cache of the session's own."""
+test is marked multi_device, and a compilation cache of the tests' own."""
 
 import os
-import tempfile
 
 import jax
 import pytest
@@ -21,7 +20,8 @@ def test_a_multi_device_test_gets_all_eight():
     assert default_devices() == jax.devices() and dict(make_mesh(model_parallel=2).shape) == {"data": 4, "model": 2}
 
 
-def test_compiled_programs_go_to_the_sessions_own_cache():
+def test_every_compiled_program_goes_to_the_tests_cache_the_front_ends_share():
     directory = jax.config.jax_compilation_cache_dir
-    assert directory.startswith(tempfile.gettempdir()) and os.environ["LMPROBE_COMPILATION_CACHE"] == directory
+    assert directory and os.environ["LMPROBE_COMPILATION_CACHE"] == directory
+    assert directory != os.path.join(os.path.expanduser("~"), ".cache", "lmprobe", "jax")  # not the user's runs'
     assert jax.config.jax_persistent_cache_min_compile_time_secs == 0
