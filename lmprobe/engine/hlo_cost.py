@@ -125,10 +125,14 @@ def _matmul_flops(op: _Op) -> float:
     window = re.search(r"window=\{size=([0-9x]+)", op.attrs)
     sizes = [int(x) for x in window.group(1).split("x")] if window else [rhs[rhs_labels.index(c)] for c in spatial]
     # each output sums the input features times the window taps that fall on real input (a dot written
-    # as a convolution pads a size-1 dimension and slides a window over it: one tap)
+    # as a convolution pads a size-1 dimension and slides a window over it: one tap; a batched dot
+    # written as a convolution over an input dilated by the window's size (lhs_dilate): one tap too)
+    dilate = re.search(r"lhs_dilate=([0-9x]+)", op.attrs)
+    dilations = [int(x) for x in dilate.group(1).split("x")] if dilate else [1] * len(sizes)
     k = rhs[rhs_labels.index("i")] if "i" in rhs_labels else 1
-    for c, size in zip(spatial, sizes):
-        k *= min(size, lhs[lhs_labels.index(c)]) if c in lhs_labels else size
+    for c, size, d in zip(spatial, sizes, dilations):
+        taps = -(-size // d)
+        k *= min(taps, lhs[lhs_labels.index(c)]) if c in lhs_labels else taps
     return 2.0 * out * k
 
 
