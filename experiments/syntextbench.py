@@ -154,14 +154,9 @@ class _EarlyScore:
 def _compile_only(run: cli.Run, args, configs, trial_tasks, run_dir: str) -> None:
     """Every engine step of each model's run compiled (cli.compile_only): the method's own embedding and
     in-context queries over every trial's sentences, against a compile-only Scorer."""
-    from lmprobe.methods.syntextbench.run import _embeddings, _icl
-
     def queries(scorer, name):
-        for config, tasks in zip(configs, trial_tasks):
-            pooling = config.pooling or syntextbench.default_pooling(scorer)
-            _embeddings(scorer, tasks.levels, pooling, model_name=name, cache_dir=None, progress=progress)
-            if scorer.is_decoder and config.icl_examples:
-                _icl(scorer, tasks.levels, config, name, None, progress)
+        for config, tasks in zip(configs, trial_tasks, strict=True):
+            syntextbench.engine_queries(scorer, tasks, config, model_name=name, progress=progress)
 
     notes = ["not compiled: the classifier and score kernels and the loss-data baselines on the embeddings "
              "(host-sized programs on one device)"]

@@ -9,7 +9,7 @@ model built abstractly (``nnx.eval_shape``: jax.ShapeDtypeStruct parameters shar
 run places them) on the mesh of a TPU target (lmprobe.engine.targets: libtpu's compiler, no TPU
 needed) or of this host's devices. Its runner (``CompileOnlyRunner``) lowers every step a query
 dispatches with abstract arguments, compiles each distinct (step, shapes) once through the memory
-plan's path (``plan._Planner.compiled``: the compiler's memory analysis, RESOURCE_EXHAUSTED as 'does
+plan's path (``plan.Planner.compiled``: the compiler's memory analysis, RESOURCE_EXHAUSTED as 'does
 not fit', the cost model's estimate on a target), counts its calls, and hands the query zeros of the
 step's output shapes, so that a method's own code decides which steps, shapes and how many calls.
 Host-side results are therefore meaningless: a compile-only run reports steps, never scores.
@@ -33,7 +33,7 @@ from flax import nnx
 
 from lmprobe import log as _log
 from lmprobe.engine.mesh import DATA, MODEL, batch_sharding, make_mesh, replicated
-from lmprobe.engine.plan import StepMemory, _base_plan, _Planner, _setup, device_hbm, format_bytes
+from lmprobe.engine.plan import Planner, StepMemory, base_plan, device_hbm, format_bytes, planner_setup
 from lmprobe.engine.runner import Runner
 from lmprobe.engine.scorer import Scorer
 from lmprobe.engine.targets import Target, target_devices
@@ -120,7 +120,7 @@ class CompileOnlyRunner(Runner):
     returns zeros of its outputs; ``put`` makes abstract arrays sharded as a run's batches are."""
 
     @classmethod
-    def of(cls, runner: Runner, planner: _Planner) -> CompileOnlyRunner:
+    def of(cls, runner: Runner, planner: Planner) -> CompileOnlyRunner:
         new = cls.__new__(cls)
         new.__dict__.update(runner.__dict__)
         new.planner, new.compiled = planner, {}
@@ -215,7 +215,7 @@ def compile_only_scorer(name: str, *, target: Target | None = None, dtype=None, 
     devices = list(mesh.devices.flat)
     dtype = jnp.dtype(dtype if dtype is not None else jnp.bfloat16 if target is not None or
                       devices[0].platform != "cpu" else jnp.float32)
-    planner, mesh, max_length, label, source = _setup(base, dtype, mesh, strategy, max_length, offline, revision,
+    planner, mesh, max_length, label, source = planner_setup(base, dtype, mesh, strategy, max_length, offline, revision,
                                                       target)
     model = nnx.merge(planner.graphdef, planner.sharded_state(mesh, strategy))
     if tokenizer is None:
@@ -329,8 +329,8 @@ def compile_report(scorer: Scorer, notes=()) -> CompileReport:
     info = scorer.compile_only
     runner: CompileOnlyRunner = scorer.runner
     mesh, target = runner.mesh, info["target"]
-    planner: _Planner = info["planner"]
-    base = _base_plan(planner, mesh, info["label"], info["source"], info["strategy"], scorer.batch_size,
+    planner: Planner = info["planner"]
+    base = base_plan(planner, mesh, info["label"], info["source"], info["strategy"], scorer.batch_size,
                       scorer.max_length, info["hbm"])
     devices = list(mesh.devices.flat)
     notes = list(notes)

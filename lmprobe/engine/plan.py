@@ -15,7 +15,7 @@ Batch sizes are rows per 'data' shard, the Scorer's unit (``batching.batch_size_
     plan("opt-13b", dtype=jnp.bfloat16, mesh=make_mesh(1), hbm_bytes=parse_bytes("16GiB")).table()
 
 On CPU, XLA's CPU compiler decides fusion and buffer reuse: its temporaries approximate those
-of TPU/GPU (``_Planner.compiler_options`` switches off the one CPU-only artifact).
+of TPU/GPU (``Planner.compiler_options`` switches off the one CPU-only artifact).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, LAYERS, POSITIONS, VOCAB
 REPRESENTATIVE_BUCKETS = (128, 512, 2048)  # plus the largest (max_length)
 SEARCH_CAP = 4096  # rows per data shard: the search never proposes more
 _REFINE = 3  # compiles after the first two, per bucket, at most
-CPU_DISABLED_PASSES = "while-loop-invariant-code-motion"  # see _Planner.compiler_options
+CPU_DISABLED_PASSES = "while-loop-invariant-code-motion"  # see Planner.compiler_options
 
 
 # ------------------------------------------------------------------------------- devices and sizes
@@ -314,7 +314,7 @@ def _devices_split(spec: PartitionSpec, mesh: Mesh) -> int:
     return n
 
 
-class _Planner:
+class Planner:
     """One model built abstractly; parameter bytes and compiled steps for any mesh and rules."""
 
     def __init__(self, hf: dict, dtype, where: str, target: Target | None = None):
@@ -527,11 +527,13 @@ def target_mesh(t: Target, model_parallel: int = 1) -> Mesh:
     return make_mesh(model_parallel, target_devices(t))
 
 
-def _setup(config_or_name, dtype, mesh, strategy, max_length, offline, revision=None, target=None):
+def planner_setup(config_or_name, dtype, mesh, strategy, max_length, offline, revision=None, target=None):
+    """(Planner, mesh, max_length, name, source) of a model's config: the settings checked, the mesh the
+    target's (or ``mesh``, or this host's default one)."""
     if strategy not in RULES:
         raise LmprobeError(f"`sharding={strategy}` is not one of {', '.join(RULES)}")
     hf, source = hf_config(config_or_name, offline=offline, revision=revision)
-    planner = _Planner(hf, dtype, source, target)
+    planner = Planner(hf, dtype, source, target)
     mesh = mesh if mesh is not None else target_mesh(target) if target is not None else make_mesh()
     context = planner.max_length
     name = os.fspath(config_or_name) if not isinstance(config_or_name, dict) else (
@@ -542,7 +544,8 @@ def _setup(config_or_name, dtype, mesh, strategy, max_length, offline, revision=
     return planner, mesh, int(context if max_length is None else max_length), name, source
 
 
-def _base_plan(planner: _Planner, mesh: Mesh, name, source, strategy, batch_size, max_length, hbm) -> Plan:
+def base_plan(planner: Planner, mesh: Mesh, name, source, strategy, batch_size, max_length, hbm) -> Plan:
+    """The Plan before any step is compiled: parameters, their sharding and the memory they take."""
     devices = list(mesh.devices.flat)
     return Plan(model=name, source=source, family=planner.family.name, decoder=planner.decoder,
                 step=planner.step_name, dtype=planner.dtype.name, platform=devices[0].platform,
@@ -567,9 +570,9 @@ def plan(config_or_name, *, dtype=jnp.float32, mesh: Mesh | None = None, strateg
     """
     if target is not None and hbm_bytes is None:
         hbm_bytes = target.chip.hbm_bytes
-    planner, mesh, max_length, name, source = _setup(config_or_name, dtype, mesh, strategy, max_length, offline,
+    planner, mesh, max_length, name, source = planner_setup(config_or_name, dtype, mesh, strategy, max_length, offline,
                                                      revision, target)
-    out = _base_plan(planner, mesh, name, source, strategy, batch_size, max_length, hbm_bytes)
+    out = base_plan(planner, mesh, name, source, strategy, batch_size, max_length, hbm_bytes)
     out.target = None if target is None else target.label
     if not planner.takes_text:
         out.notes.append(f"{planner.family.name} takes no token ids: parameters only")
@@ -611,9 +614,9 @@ def check_fits(config_or_name, *, dtype=jnp.float32, mesh: Mesh | None = None, s
         mesh.devices.flat)
     if hbm is None:
         return None
-    planner, mesh, max_length, name, source = _setup(config_or_name, dtype, mesh, strategy, max_length, offline,
+    planner, mesh, max_length, name, source = planner_setup(config_or_name, dtype, mesh, strategy, max_length, offline,
                                                      revision, target)
-    out = _base_plan(planner, mesh, name, source, strategy, batch_size, max_length, hbm)
+    out = base_plan(planner, mesh, name, source, strategy, batch_size, max_length, hbm)
     g = format_bytes
     where = (f"{planner.dtype.name}, sharding {strategy} on {mesh.devices.size} device{'s' * (mesh.devices.size > 1)}, "
              f"mesh data={mesh.shape[DATA]} x model={mesh.shape[MODEL]}")
@@ -645,7 +648,7 @@ def check_fits(config_or_name, *, dtype=jnp.float32, mesh: Mesh | None = None, s
     return out
 
 
-def _param_fixes(planner: _Planner, mesh: Mesh, strategy: str, hbm: int) -> list[str]:
+def _param_fixes(planner: Planner, mesh: Mesh, strategy: str, hbm: int) -> list[str]:
     """Setting changes that make the parameters fit: fewest first, then model_parallel, sharding,
     dtype; the smallest model_parallel for each."""
     g = format_bytes
@@ -679,7 +682,7 @@ def _param_fixes(planner: _Planner, mesh: Mesh, strategy: str, hbm: int) -> list
     return fixes
 
 
-def _step_fixes(planner: _Planner, mesh: Mesh, strategy: str, hbm: int, rows: int, length: int) -> str:
+def _step_fixes(planner: Planner, mesh: Mesh, strategy: str, hbm: int, rows: int, length: int) -> str:
     """batch_size when fewer rows fit at this length, else max_length (plus dtype)."""
     g = format_bytes
     fixes = []

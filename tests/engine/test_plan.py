@@ -22,12 +22,12 @@ TINY = dict(model_type="gpt2", n_layer=L, n_embd=D, n_head=4, vocab_size=V, n_po
 
 
 MESH = make_mesh(1)  # data=8 x model=1, one object: compiled steps are memoized per mesh
-_Fresh = P._Planner
+_Fresh = P.Planner
 
 
 @pytest.fixture(scope="module")
 def tiny_planner():
-    return P._Planner(TINY, jnp.float32, "tiny")
+    return P.Planner(TINY, jnp.float32, "tiny")
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def shared_compiles(monkeypatch):
             planners[key] = _Fresh(hf, dtype, where, target)
         return planners[key]
 
-    monkeypatch.setattr(P, "_Planner", planner)
+    monkeypatch.setattr(P, "Planner", planner)
 
 
 def hand_count(strategy: str, data: int, model: int, itemsize: int = 4) -> int:
@@ -66,7 +66,7 @@ def test_param_bytes_per_device_match_a_hand_count(tiny_planner, strategy, model
 
 
 def test_bfloat16_halves_the_bytes():
-    planner = P._Planner(TINY, jnp.bfloat16, "tiny")
+    planner = P.Planner(TINY, jnp.bfloat16, "tiny")
     assert planner.bytes_per_device(make_mesh(2), "fsdp") == hand_count("fsdp", 4, 2, itemsize=2)
 
 
@@ -103,7 +103,7 @@ def test_shipped_configs_build_abstractly_with_published_sizes(name, monkeypatch
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))  # nothing cached: the shipped config is used
     config, source = hf_config(name, offline=True)
     assert source == path_of(name)
-    planner = P._Planner(config, jnp.bfloat16, source)
+    planner = P.Planner(config, jnp.bfloat16, source)
     assert planner.num_params == pytest.approx(PUBLISHED[name], rel=0.02)
 
 

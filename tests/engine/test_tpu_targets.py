@@ -100,7 +100,7 @@ def test_the_step_compiles_for_the_target(name):
     assert (out.platform, out.devices, out.target, out.hbm_bytes) == ("tpu", t.devices, name, t.chip.hbm_bytes)
     s = out.step_memory
     assert out.fits and not s.exhausted and 0 < s.peak_bytes < 2**30
-    assert s.cost.useful_flops == P._Planner(TINY, jnp.bfloat16, "tiny").useful_flops(2 * t.devices, 128)
+    assert s.cost.useful_flops == P.Planner(TINY, jnp.bfloat16, "tiny").useful_flops(2 * t.devices, 128)
     assert s.cost.seconds > 0 and "ESTIMATE (TPU cost model, not measured)" in out.table()
     assert 0.9 < s.cost.overhead < 1.1  # the matmuls outside the attention kernel, by hand
 
@@ -110,7 +110,7 @@ def test_the_plan_agrees_with_the_compiler():
     """The largest batch the search finds compiles within HBM; one more row does not (the compiler
     refuses: RESOURCE_EXHAUSTED is 'does not fit', never a traceback)."""
     t = targets.target("v5e-8")
-    planner, mesh = P._Planner(WIDE, jnp.bfloat16, "wide", t), P.target_mesh(t)
+    planner, mesh = P.Planner(WIDE, jnp.bfloat16, "wide", t), P.target_mesh(t)
     fit = planner.largest_rows(mesh, "fsdp", 128, t.chip.hbm_bytes, probe=8, cap=16)
     assert 1 <= fit.rows < 16 and fit.peak_bytes <= t.chip.hbm_bytes
     over = planner.step(mesh, "fsdp", fit.rows + 1, 128)

@@ -224,6 +224,15 @@ def run(scorer, config: Config, *, model_name: str, cache_dir: str | None = None
                   stages.cached)
 
 
+def engine_queries(scorer, tasks: Tasks, config: Config, *, model_name: str, progress: Callable = no_progress) -> None:
+    """Every engine query ``run`` asks of ``scorer`` on ``tasks``, uncached and in the same order (the
+    embeddings, then the in-context prompts of a decoder): what a compile-only Scorer compiles."""
+    pooling = config.pooling or default_pooling(scorer)
+    _embeddings(scorer, tasks.levels, pooling, model_name=model_name, cache_dir=None, progress=progress)
+    if scorer.is_decoder and config.icl_examples:
+        _icl(scorer, tasks.levels, config, model_name, None, progress)
+
+
 def level_scores(pairs, train, test, config: Config):
     """Alg. 1 lines 4-11 from the levels' (train, test) embeddings: per-level accuracy and mean
     scaled margin (numpy), the score at config.a_t, and the scores at config.a_t_sweep."""
