@@ -32,8 +32,6 @@ jax.config.update("jax_num_cpu_devices", 8)
 jax.config.update("jax_default_matmul_precision", "highest")
 
 MULTI_DEVICE_DIRS = ("tests/engine/",)  # the engine's tests: the mesh is their subject
-# tests that need the 8-device default mesh and do not carry the marker yet (their file is being rewritten)
-MULTI_DEVICE_TESTS = ("tests/experiments/test_sweep_own_model.py::test_each_array_is_restored_onto_its_sharding",)
 
 CACHE = os.environ.get("LMPROBE_COMPILATION_CACHE") or os.path.join(
     os.path.expanduser("~"), ".cache", "lmprobe", "jax-tests")
@@ -46,8 +44,7 @@ os.environ["LMPROBE_COMPILATION_CACHE"] = CACHE  # the front ends the tests run 
 
 def multi_device(item) -> bool:
     path = os.path.relpath(str(item.path), str(item.config.rootpath)).replace(os.sep, "/")
-    return (item.get_closest_marker("multi_device") is not None or path.startswith(MULTI_DEVICE_DIRS)
-            or item.nodeid in MULTI_DEVICE_TESTS)
+    return item.get_closest_marker("multi_device") is not None or path.startswith(MULTI_DEVICE_DIRS)
 
 
 @pytest.hookimpl(tryfirst=True)

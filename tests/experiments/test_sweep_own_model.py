@@ -112,6 +112,7 @@ def test_manager_steps_and_a_single_checkpoint_are_swept(user, tiny_llama_dir):
     assert [r["step"] for r in single] == [0] and single[0]["metrics"] == pytest.approx(rows[1]["metrics"])
 
 
+@pytest.mark.multi_device  # its parameters are restored onto a sharding over several devices
 def test_each_array_is_restored_onto_its_sharding(user, tiny_llama_dir):
     manager_steps(user / "ckpt", {1: params(0)})
     own = OwnModel("tinygpt:build", str(tiny_llama_dir))  # 8 CPU devices: 'data' has 8
