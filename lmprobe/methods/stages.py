@@ -343,7 +343,7 @@ def load_inputs(stages: Sequence[str], s: Settings, *, heldout: Sequence[str] | 
     if "syntextbench" in stages:  # one set of tasks per trial
         out.tasks = [syntextbench.build_tasks(c)
                      for c in syntextbench.trial_configs(syntextbench_config(s), s.syntextbench_trials)]
-    if any(STAGES[n].name.startswith("byod_") for n in stages):
+    if any(n.startswith("byod_") for n in stages):
         out.corpus, out.benign = corpus_lib.load_corpus(None), corpus_lib.load_corpus("wordnet-examples")
     if "probes" in stages or "zero_shot" in stages:
         out.probes = {}

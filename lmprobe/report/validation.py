@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 
 import numpy as np
 
 from lmprobe.checkpoints import discover as discover_lib
 from lmprobe.checkpoints import orbax_io, variants
 from lmprobe.errors import LmprobeError
+from lmprobe.methods import no_progress
 from lmprobe.methods import stages as stages_lib
 from lmprobe.report import correlation, plots, significance
 from lmprobe.store import join
@@ -146,7 +148,7 @@ def check_synbench_widths(widths: dict, group: str, settings: stages_lib.Setting
 
 
 def measure(entry: Entry, scorer, stages, settings: stages_lib.Settings, inputs: stages_lib.Inputs, run_dir: str,
-            widths: dict, *, load_s: float = 0.0, progress=None) -> dict:
+            widths: dict, *, load_s: float = 0.0, progress: Callable = no_progress) -> dict:
     """One model's record: every stage of ``stages`` that applies to it (lmprobe.methods.stages.run,
     cached under ``run_dir``), its numbers split into values, standard errors, degrees of freedom and
     per-item values; ``widths``: group -> {label: width} so far (a fixed synbench_n is checked)."""
@@ -162,7 +164,7 @@ def measure(entry: Entry, scorer, stages, settings: stages_lib.Settings, inputs:
     if entry.trainer_heldout_loss is not None:
         record["numbers"][TRAINER_HELDOUT_LOSS] = float(entry.trainer_heldout_loss)
     found, record["seconds"] = stages_lib.run(stages, scorer, settings, inputs, name=entry.model, run_dir=run_dir,
-                                              **({"progress": progress} if progress else {}))
+                                              progress=progress)
     for name, number in stages_lib.numbers(found).items():
         record["numbers"][name] = number.value
         for field in ("stderr", "df", "items"):
