@@ -2,7 +2,7 @@
 
     lmprobe syntextbench --model=minilm-l6,smollm2-135m --n=4096
     lmprobe byod --model=smollm2-135m --corpus=notes.txt --metrics=negation,word_order
-    lmprobe scope --reference=smollm2-135m --target=smollm2-135m@int8,smollm2-135m@bf16
+    lmprobe scope --reference=smollm2-135m --model=smollm2-135m@int8,smollm2-135m@bf16
     lmprobe synbench --model=identity
     lmprobe mstemp --model=smollm2-135m --evaluator=smollm2-135m
     lmprobe validate --models=a,b,c,d --proxies=syntextbench,synbench,byod   # proxies vs real tasks

@@ -70,13 +70,31 @@ class Compile:
 
 
 COMPILE = "compile before you rent (lmprobe.engine.aot)"
-COMPILE_FRONT_ENDS = ("plan", "syntextbench", "byod")  # the front ends with --target
+COMPILE_FRONT_ENDS = ("plan", "syntextbench", "byod", "synbench", "mstemp", "scope")  # the front ends with --target
 
 
-def compile_flags(p: flags.Parser) -> flags.Flags:
-    """--target, --num_slices, --compile_only, --hbm (``Compile``)."""
+def compile_flags(p: flags.Parser, *, moved: str | None = None) -> flags.Flags:
+    """--target, --num_slices, --compile_only, --hbm (``Compile``). ``moved``: the flag that took over what
+    --target meant in this front end before (SCoPE's models: '--model'), named when --target is no TPU slice."""
     p.compiles = True  # parse prepares libtpu for --target before jax starts
+    p.target_moved = moved
     return flags.add(p, Compile, group=COMPILE, convert={"num_slices": flags.bounded(1)})
+
+
+def _check_moved_target(p: flags.Parser, args) -> None:
+    """An old --target=<model> (before --target named TPU slices) in a run that does not compile only: one
+    line naming the flag that took it over."""
+    moved = getattr(p, "target_moved", None)
+    if moved is None or args.target is None or args.compile_only:
+        return
+    from lmprobe.engine.targets import target
+
+    try:
+        target(args.target)
+    except LmprobeError:
+        raise LmprobeError(f"--target={args.target} is not a TPU slice: the models it named are now "
+                           f"{moved}={args.target} (repeat it or use commas); --target names the TPU slice that "
+                           "--compile_only compiles for (v5e-8, ...)") from None
 
 
 def compile_only_scorer(args, name: str):
@@ -111,15 +129,52 @@ def compile_only(run: Run, args, queries, run_dir: str, *, notes=(), out_for=Non
         run.write(path, {"model": name, **report.to_dict()}, names=[])
         say(report.table())
         reports.append(report)
-        if report.fits is False:
-            bad = next(s for s in report.steps if s.fits(report.hbm_bytes) is False)
-            raise LmprobeError(
-                f"{name} does not fit {report.target or 'these devices'} at this geometry: its {bad.name} step at "
-                f"{' '.join(bad.shapes)} needs more than the {report.hbm_bytes / 2**30:.2f} GiB of a device "
-                f"(report in {path}): pass a smaller `batch_size`, more devices (a larger `target` or "
-                "`num_slices`), `model_parallel`, or `dtype=bfloat16`")
+        _refuse_unfit(name, report, path)
     say(f"\nreport in {run_dir}")
     return reports
+
+
+def compile_only_models(run: Run, args, queries, run_dir: str, *, notes=()) -> dict:
+    """A compile-only run (--compile_only) of a method that uses several models at once (MSTemp's target,
+    evaluators and filter; SCoPE's reference and targets): ``queries(scorer_for)`` asks what the real run asks,
+    ``scorer_for(name)`` giving each name's compile-only Scorer (made once, as a run loads each model once).
+    One results.json holds every model's report (``models``, in the order first asked for) and the verdict
+    over all of them; a step that does not fit ends the run as in ``compile_only``."""
+    from lmprobe.engine.aot import compile_report
+    from lmprobe.store import join
+
+    scorers = {}
+
+    def scorer_for(name: str):
+        if name not in scorers:
+            scorers[name] = compile_only_scorer(args, name)
+        return scorers[name]
+
+    queries(scorer_for)
+    reports = {name: compile_report(scorer, notes) for name, scorer in scorers.items()}
+    verdicts = [r.fits for r in reports.values()]
+    fits = False if False in verdicts else True if verdicts and all(verdicts) else None
+    path = join(run_dir, "results.json")
+    run.write(path, {"compile_only": True, "fits": fits,
+                     "estimate": "times are the TPU cost model's estimates, not measurements",
+                     "models": {name: {"model": name, **r.to_dict()} for name, r in reports.items()}}, names=[])
+    for report in reports.values():
+        say(report.table())
+    for name, report in reports.items():
+        _refuse_unfit(name, report, path)
+    say(f"\nreport in {run_dir}")
+    return reports
+
+
+def _refuse_unfit(name: str, report, path: str) -> None:
+    """A model with a step that does not fit: one line naming the step and the flags that fix it."""
+    if report.fits is False:
+        bad = next(s for s in report.steps if s.fits(report.hbm_bytes) is False)
+        raise LmprobeError(
+            f"{name} does not fit {report.target or 'these devices'} at this geometry: its {bad.name} step at "
+            f"{' '.join(bad.shapes)} needs more than the {report.hbm_bytes / 2**30:.2f} GiB of a device "
+            f"(report in {path}): pass a smaller `batch_size`, more devices (a larger `target` or "
+            "`num_slices`), `model_parallel`, or `dtype=bfloat16`")
 
 
 def _refuse_compile_flags(p: flags.Parser, argv) -> None:
@@ -185,6 +240,7 @@ def parse(p: flags.Parser, argv=None):
     args = p.parse_args(argv)
     FLAGS.clear()
     FLAGS.update(p.settings)
+    _check_moved_target(p, args)
     if getattr(p, "compiles", False) and args.target is not None:  # libtpu told it only compiles, before jax starts
         from lmprobe.engine.targets import prepare_host, target
 

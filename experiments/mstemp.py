@@ -20,6 +20,14 @@ to flip the target's prediction (SCoPE's greedy search); random-* adds blind ran
 Writes OUTPUT_DIR/results.json and OUTPUT_DIR/samples.jsonl (seed, paraphrase, similarity,
 template, filled sample, label, prediction). Paraphrases are cached under OUTPUT_DIR/cache: a
 rerun (or a run after an interruption) reuses them.
+
+Compile before you rent: --compile_only [--target=v5e-8] compiles every engine step the run would execute
+at its batch geometry, for each model it uses (the evaluators' generation: prefill and KV-cached decode
+loop, one program per prompt batch shape; the filter's embeddings; the target's zero-shot scoring or
+embeddings), and writes per model and step its shapes, calls, the compiler's memory per device and fit
+and the TPU cost model's estimate to OUTPUT_DIR/results.json, reading no weight and running nothing:
+
+    python -m experiments.mstemp --model=opt-13b --evaluator=opt-13b --target=v5e-8 --compile_only
 """
 
 from __future__ import annotations
@@ -56,8 +64,27 @@ class FrontEnd:
 def build_parser():
     p = cli.parser(__doc__, "mstemp")
     cli.front_end(p, FrontEnd, convert={"max_examples": flags.bounded(1)})
+    cli.compile_flags(p)
     return p, cli.method(p, mstemp.Config, choices={
         "attack": (*ATTACKS, *ALIASES), "tagger": ("auto", "nltk", "wordnet"), "slot_kinds": templates.SLOT_KINDS})
+
+
+COMPILED_ON_ZEROS = ("the method's own code chose the steps, running on the zeros compiled steps return: the "
+                     "evaluators' paraphrases decode to nothing, so no candidate reaches the filter and no sample is "
+                     "generated: the filter's embeddings (seeds and candidates) and the target's scoring of generated "
+                     "samples (and a greedy --attack's) are not compiled, their texts coming from the evaluators' "
+                     "output")
+NOT_COMPILED = ("not compiled: the template parsing and filling, the linear probe of an encoder target and the "
+                "accuracy draws (host-side)")
+
+
+def _compile_only(run: cli.Run, args, data, config, out: str) -> None:
+    """Every engine step of the run compiled (cli.compile_only_models): mstemp.run on compile-only Scorers of
+    the target, the evaluators and the filter (one each, as the run loads them), uncached."""
+    cli.compile_only_models(run, args, lambda scorer: mstemp.run(
+        scorer(args.model), {name: scorer(name) for name in args.evaluator}, scorer(args.filter), data, config,
+        target_name=args.model, filter_name=args.filter, cache_dir=None, progress=progress),
+        out, notes=[COMPILED_ON_ZEROS, NOT_COMPILED])
 
 
 def _summary(result: dict, rows: list[dict]) -> str:
@@ -102,6 +129,8 @@ def main(argv=None):
                          max_examples=args.max_examples, seed=args.seed)
     mstemp.check_data(data, config)
     out = output_dir(args.output_dir)  # before any model work: a directory we cannot write fails now
+    if cli.check_compile_flags(args):
+        return _compile_only(run, args, data, config, out)
     log.info(f"{plural(len(data), 'seed')} from {data.source}; classes {list(data.label_names)}")
     if not config.label_names and all(n.isdigit() for n in data.label_names):
         log.warning("the classes are numbers; a decoder target scores these words zero-shot: "

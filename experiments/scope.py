@@ -1,6 +1,6 @@
 """SCoPE: do two models share their invariances along a linguistic capability?
 
-    python -m experiments.scope --reference=NAME --target=NAME [--target=...]
+    python -m experiments.scope --reference=NAME --model=NAME [--model=...]
         --capability=synonym|typo|fairness --task=classify|lm [--dataset=rt-polarity]
         [--trials=3 --max_examples=200 --head=auto|finetune|probe|checkpoint --objective=l1|kl --matrix]
         [--output_dir=runs/scope]
@@ -17,17 +17,30 @@ evaluates the head a *ForSequenceClassification checkpoint was fine-tuned with (
 classifier, as the paper does), its labels matched to the data's by name. --task=lm compares next-token
 distributions after each text minus its last word (App. G).
 
-Several targets: repeat --target or use commas. The default dataset, rt-polarity (Rotten Tomatoes
+Several target models: repeat --model or use commas. The default dataset, rt-polarity (Rotten Tomatoes
 sentences, human labels; heads train on its train split, base samples come from its test split),
 is installed by `python -m experiments.assets --install pang-lee`; --dataset=offline-sentiment needs
 no install but has SILVER labels (lmprobe.data.labelled). Offline demo:
 
     python -m experiments.scope --reference=smollm2-135m
-        --target=smollm2-135m@bf16 --target=smollm2-135m@int8 --target=smollm2-135m@drop-layer=15
-    lmprobe scope --reference=minilm-l6 --target=minilm-l6@int8,minilm-l6@bf16 --head=probe --capability=typo
+        --model=smollm2-135m@bf16 --model=smollm2-135m@int8 --model=smollm2-135m@drop-layer=15
+    lmprobe scope --reference=minilm-l6 --model=minilm-l6@int8,minilm-l6@bf16 --head=probe --capability=typo
+
+The target models are --model (as in every front end; before, --target, and --model was another name of
+--reference): --target names the TPU slice --compile_only compiles for, and an old --target=MODEL stops
+with one line saying so.
 
 Writes OUTPUT_DIR/results.json, samples.jsonl, metrics.png (and matrix_*.png with --matrix);
 searches are cached in OUTPUT_DIR/cache, so a rerun resumes.
+
+Compile before you rent: --compile_only [--target=v5e-8] compiles every engine step the run would execute
+at its batch geometry, for the reference and each model (their zero-shot label-word or next-token
+log-probabilities over the base texts and the search's perturbations, with --matrix every pair's), and
+writes per model and step its shapes, calls, the compiler's memory per device and fit and the TPU cost
+model's estimate to OUTPUT_DIR/results.json, reading no weight and running nothing. Trained heads
+(--head=finetune, probe, checkpoint; auto for encoders) are trained or read outside the engine: refused.
+
+    python -m experiments.scope --reference=opt-13b --model=opt-13b@int8 --target=v5e-8 --compile_only
 """
 
 from __future__ import annotations
@@ -38,6 +51,7 @@ from experiments import cli, flags
 from experiments.cli import log, main_guard, output_dir, progress, say
 from lmprobe.checkpoints import variants
 from lmprobe.data.labelled import DEFAULT, evaluation_split, load_labelled, named_dataset
+from lmprobe.errors import LmprobeError
 from lmprobe.methods.scope import build as scope_build
 from lmprobe.methods.scope import capabilities, metrics, training
 from lmprobe.methods.scope import run as scope_run
@@ -55,7 +69,7 @@ TRAIN_HELP = {"learning_rate": "learning rate of trained heads; none: 2e-5 (fine
 class FrontEnd:
     reference: str = DEFAULT_REFERENCE  # reference model m1, whose invariant perturbations are searched
     # target models m2: anything lmprobe loads, variants (NAME@bf16, @int8, @drop-layer=K), blackbox:NAME
-    target: tuple[str, ...] = DEFAULT_TARGETS
+    model: tuple[str, ...] = DEFAULT_TARGETS
     # rt-polarity, rt-reviews, tweets-sentiment[@MIN_CONFIDENCE], offline-sentiment (silver labels), csv/tsv/jsonl,
     # tfds:NAME[:SPLIT], hf:NAME[:CONFIG][:SPLIT]
     dataset: str = DEFAULT
@@ -75,8 +89,7 @@ class FrontEnd:
 
 def build_parser():
     p = cli.parser(__doc__, "scope")
-    cli.front_end(p, FrontEnd, aliases={"reference": "--model"},
-                  choices={"head": scope_build.CLASSIFIER_HEADS},
+    cli.front_end(p, FrontEnd, choices={"head": scope_build.CLASSIFIER_HEADS},
                   convert=dict.fromkeys(("max_examples", "max_train", "samples"), flags.bounded(1)))
     method = cli.method(p, scope_run.Config, aliases={"n_bootstrap": "--bootstrap"},
                         choices={"capability": tuple(capabilities.CAPABILITIES), "task": scope_run.TASKS,
@@ -84,6 +97,7 @@ def build_parser():
     train = cli.method(p, training.TrainConfig, help=TRAIN_HELP, defaults={"learning_rate": None},
                        names={"batch_size": "train_batch_size", "head": "head_layout"},
                        choices={"head": training.HEADS})
+    cli.compile_flags(p, moved="--model")  # --target named the target models before
     return p, method, train
 
 
@@ -122,12 +136,58 @@ def _summary(result: dict) -> str:
     return "\n".join(rows)
 
 
+def _scope(args, config, train_config, train, test, load_scorer, cache: str | None) -> tuple[dict, list[dict]]:
+    """The reference and the models built (``load_scorer(name)``: a name's Scorer) and compared, with every
+    pair's comparison under --matrix: (result, samples)."""
+    build = scope_build.Models(load_scorer, task=args.task, head=args.head, train=train, train_config=train_config,
+                               samples=args.samples, seed=args.seed, progress=progress)
+    reference = build(args.reference)
+    texts, labels, decode = test.texts, test.labels, None
+    if args.task == "lm":
+        texts, labels = scope_run.lm_examples(test.texts, reference.scorer.tokenizer)
+        decode = reference.scorer.tokenizer.decode
+    target_models = {name: build(name) for name in args.model}
+    result, samples = scope_run.run(reference, target_models, texts, labels, config, cache_dir=cache,
+                                    decode=decode, progress=progress)
+    result.update(dataset=test.source, label_names=list(test.label_names) if args.task == "classify" else None)
+    if args.matrix:
+        everyone = {args.reference: reference, **target_models}
+        result["matrix"] = scope_run.matrix(everyone, texts, labels, config, cache_dir=cache, progress=progress)
+    return result, samples
+
+
+COMPILED_ON_ZEROS = ("the method's own code chose the steps, running on the zeros compiled steps return: the "
+                     "search's candidates, rounds and perturbed texts follow the reference's outputs, so their "
+                     "count and lengths are those zeros give")
+NOT_COMPILED = ("not compiled: the search's and the metrics' own small programs on the log-probabilities "
+                "(host-sized, one device), black boxes' sampling (host-side)")
+
+
+def _compile_only(run: cli.Run, args, config, train_config, train, test, out: str) -> None:
+    """Every engine step of the run compiled (cli.compile_only_models): the reference and the models built
+    from compile-only Scorers and compared, uncached. A head trained or read outside the engine (fine-tuned,
+    probe, checkpoint) is refused in one line: neither its training nor the trained head's scoring compiles."""
+    def queries(scorer_for):
+        def load(name):
+            scorer = scorer_for(name)
+            head = scope_build.head_for(args.head, scorer)
+            if args.task == "classify" and head != "zero-shot":
+                raise LmprobeError(f"--compile_only compiles SCoPE's zero-shot and next-token steps, and {name}'s "
+                                   f"head ({head}) is trained or read outside the engine: pass --head=zero-shot "
+                                   "(decoders) or --task=lm, or drop --compile_only")
+            return scorer
+
+        _scope(args, config, train_config, train, test, load, None)
+
+    cli.compile_only_models(run, args, queries, out, notes=[COMPILED_ON_ZEROS, NOT_COMPILED])
+
+
 @main_guard
 def main(argv=None):
     run = cli.Run(argv)
     p, method, train_flags = build_parser()
     args = run.parse(p)
-    targets = list(args.target)
+    targets = list(args.model)
     config = method.make(args)
     config.check()
     train_flags.make(args, learning_rate=args.learning_rate or 1e-2).check()
@@ -138,24 +198,13 @@ def main(argv=None):
                          "scope --task=lm" if args.task == "lm" else "scope --head=zero-shot", (CAUSAL_LM,))
     train, test = _data(args)
     out = output_dir(args.output_dir)  # before any model work: a directory we cannot write fails now
+    if cli.check_compile_flags(args):
+        return _compile_only(run, args, config, train_flags.make(args), train, test, out)
     log.info(f"dataset {test.source}: {len(train)} training, {len(test)} base examples, "
              f"labels {list(test.label_names)}")
-    build = scope_build.Models(lambda name: run.loaded(name, cli.load_scorer(args, name)), task=args.task,
-                               head=args.head, train=train, train_config=train_flags.make(args),
-                               samples=args.samples, seed=args.seed, progress=progress)
-    reference = build(args.reference)
-    texts, labels, decode = test.texts, test.labels, None
-    if args.task == "lm":
-        texts, labels = scope_run.lm_examples(test.texts, reference.scorer.tokenizer)
-        decode = reference.scorer.tokenizer.decode
-    target_models = {name: build(name) for name in targets}
-    cache = join(out, "cache")
-    result, samples = scope_run.run(reference, target_models, texts, labels, config, cache_dir=cache,
-                                    decode=decode, progress=progress)
-    result.update(dataset=test.source, label_names=list(test.label_names) if args.task == "classify" else None)
+    result, samples = _scope(args, config, train_flags.make(args), train, test,
+                             lambda name: run.loaded(name, cli.load_scorer(args, name)), join(out, "cache"))
     if args.matrix:
-        everyone = {args.reference: reference, **target_models}
-        result["matrix"] = scope_run.matrix(everyone, texts, labels, config, cache_dir=cache, progress=progress)
         for m in ("hard_scope", "soft_scope", "ood_agreement"):
             scope_plots.matrix_heatmap(result["matrix"], m, join(out, f"matrix_{m}.png"))
     run.write(join(out, "results.json"), result)

@@ -25,6 +25,14 @@ probes' standard and robust accuracy (Table 6's layout). The paper's downstream 
 here it is a labelled Gaussian task at --probe_scale drawn from a held-out seed (offline, for
 every representation). --baselines adds App. G's loss-data baselines (Val loss, MDL, SDL, eSC, in
 nats) on the cached representations of --baseline_scale.
+
+Compile before you rent (language models): --compile_only [--target=v5e-8] compiles every engine step
+the run would execute at its batch geometry (Scorer.embed_inputs of each batch of Gaussian inputs, every
+scale and split, every --input_scales factor; the robust probe's with --probe_attack=representation) and
+writes per step its shapes, calls, the compiler's memory per device and fit and the TPU cost model's
+estimate to OUTPUT_DIR/results.json, reading no weight and running nothing:
+
+    python -m experiments.synbench --model=opt-13b --target=v5e-8 --compile_only
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ import math
 from experiments import cli, flags
 from experiments.cli import load_scorer, main_guard, output_dir, progress, say
 from lmprobe.data import gaussian
+from lmprobe.errors import LmprobeError
 from lmprobe.methods import robust_probe, synbench
 from lmprobe.report import plots
 from lmprobe.store import join
@@ -85,7 +94,33 @@ def build_parser():
         "--absolute_eps", dest="relative_epsilon", action="store_false", help="same as --no_relative_epsilon")
     # the models' per-device batch (the shared --batch_size) defaults to one batch of samples: one call each
     p.set_defaults(batch_size=synbench.Config.batch_size)
+    cli.compile_flags(p)
     return p, method
+
+
+NOT_COMPILED = ("not compiled: the embedding moments of --inputs=embedding (model.embed over the vocabulary, "
+                "eager) and the Gaussian draws before the model; the Bayes classifiers and score kernels on the "
+                "representations, the robust probe's training and the loss-data baselines (host-sized programs "
+                "on one device)")
+
+
+def _compile_only(run: cli.Run, args, config, out: str) -> None:
+    """Every engine step of the language model's run compiled (cli.compile_only): synbench.engine_queries
+    once per --input_scales factor, against a compile-only Scorer. Other representations have no engine
+    model: one line."""
+    kind = synbench.representation_kind(args.model, offline=cli.offline(args), revision=args.revision,
+                                        allow_pickle=args.allow_pickle)
+    if kind != synbench.LANGUAGE_MODEL:
+        raise LmprobeError(f"--compile_only compiles a language model's engine steps, and synbench "
+                           f"--model={args.model} (a representation of kind {kind}) has no engine model: drop "
+                           "--compile_only (and --target), or give a language model")
+
+    def queries(scorer, name):
+        for _ in args.input_scales or (None,):  # one representation per factor: the same queries each
+            synbench.engine_queries(scorer, name, config, seq_len=args.seq_len, pooling=args.pooling,
+                                    layer=args.layer)
+
+    cli.compile_only(run, args, queries, out, notes=[NOT_COMPILED])
 
 
 def load_representation(args, run: cli.Run, input_scale: float | None = None,
@@ -169,6 +204,8 @@ def main(argv=None):
     config = method.make(args)
     config.check()  # bad settings fail before any model loads
     out = output_dir(args.output_dir)  # so does a directory we cannot write
+    if cli.check_compile_flags(args):
+        return _compile_only(run, args, config, out)
     scorers = {}
     for scale in args.input_scales or (None,):
         where = out if scale is None else output_dir(join(out, f"scale-{scale:g}"))

@@ -49,6 +49,14 @@ def _real_run(monkeypatch, argv, main=syntextbench.main) -> collections.Counter:
     return seen
 
 
+def _labelled(tmp_path, rows: int = 20):
+    """A small labelled CSV (text, label 0/1): a dataset that loads in no time."""
+    data = tmp_path / "data.csv"
+    data.write_text("text,label\n" + "\n".join(f"film {i} {('dull', 'fine')[i % 2]},{i % 2}"
+                                                for i in range(rows)) + "\n")
+    return f"--dataset={data}"
+
+
 def _report(path) -> dict:
     with open(path, encoding="utf-8") as f:
         return json.load(f)
@@ -154,3 +162,99 @@ def test_a_front_end_without_target_names_those_with_it(capsys):
     err = capsys.readouterr().err
     assert e.value.code == 2 and len(err.strip().splitlines()) == 1
     assert re.search(r"^error: --target compiles a model's steps .* has no such flag: .*lmprobe syntextbench", err)
+
+
+def test_synbench_compiles_embed_inputs_for_every_batch(tmp_path):
+    """SynBench's language model: Scorer.embed_inputs of every Gaussian batch of every scale, split and
+    --input_scales factor (2 x 2 x 2 x 3 batches of 16, the last one cut short and padded), at
+    [batch_size, seq_len, hidden]; no embedding moments computed, no representation cached."""
+    from experiments import synbench
+
+    synbench.main(["--model=minilm-l6", "--n=40", "--scales=1,5", "--eps=0", "--a_t=0.7", "--batch_size=16",
+                   "--seq_len=4", "--input_scales=1,2", "--compile_only", f"--output_dir={tmp_path}"])
+    report = _report(tmp_path / "results.json")
+    (step,) = report["steps"]
+    assert (step["step"], step["shapes"], step["calls"]) == ("embed_inputs", ["float32[16,4,384]", "int32[16,4]"], 24)
+    assert step["static"]["pooling"] == "first_last_avg" and step["static"]["continuous"] is True
+    assert report["compile_only"] and any("not compiled: the embedding moments" in n for n in report["notes"])
+    assert not (tmp_path / "cache").exists()
+
+
+def test_synbench_without_a_language_model_is_refused_in_one_line(tmp_path, capsys):
+    from experiments import synbench
+
+    with pytest.raises(SystemExit) as e:
+        synbench.main(["--model=identity", "--compile_only", f"--output_dir={tmp_path}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1
+    assert re.search(r"^error: --compile_only compiles a language model's .* --model=identity .* no engine model",
+                     err[0])
+
+
+@pytest.mark.slow
+def test_mstemp_compiles_each_models_generation_and_scoring(tmp_path):
+    """MSTemp: one report per model of the run (target and evaluator smollm2-135m, one Scorer as the run
+    loads it; the filter minilm-l6): the evaluator's generation (prefill and decode loop) at
+    --max_new_tokens for every prompt (4 seeds x 2 candidates), the target's zero-shot scoring."""
+    from experiments import mstemp
+
+    mstemp.main(["--model=smollm2-135m", "--evaluator=smollm2-135m", _labelled(tmp_path), "--max_examples=4",
+                 "--n_templates=2", "--m_samples=1", "--max_new_tokens=8", "--batch_size=4",
+                 "--label_names=negative,positive", "--compile_only", f"--output_dir={tmp_path}"])
+    report = _report(tmp_path / "results.json")
+    assert report["compile_only"] and list(report["models"]) == ["smollm2-135m", "minilm-l6"]
+    steps = report["models"]["smollm2-135m"]["steps"]
+    generate = [s for s in steps if s["step"] == "generate"]
+    assert generate and all(s["static"]["max_new_tokens"] == 8 for s in generate)
+    rows = sum(s["calls"] * int(re.match(r"int32\[(\d+),", s["shapes"][0]).group(1)) for s in generate)
+    assert 8 <= rows < 8 + 4 * len(generate)  # every prompt, in batches of at most 4 rows
+    assert {"generate", "score"} <= {s["step"] for s in steps}
+    assert any("no sample is generated" in n for n in report["models"]["minilm-l6"]["notes"])
+
+
+@pytest.mark.slow
+def test_scope_compiles_the_reference_and_each_model(tmp_path):
+    """SCoPE: the reference's and each model's (--model) zero-shot steps (label words '0' and '1': next-token
+    or answer scoring) over the base texts and the search's perturbations, a report each in one results.json."""
+    from experiments import scope
+
+    scope.main(["--reference=smollm2-135m", "--model=smollm2-135m@bf16", _labelled(tmp_path), "--max_examples=2",
+                "--batch_size=2", "--trials=1", "--capability=typo", "--bootstrap=0", "--compile_only",
+                f"--output_dir={tmp_path}"])
+    report = _report(tmp_path / "results.json")
+    assert list(report["models"]) == ["smollm2-135m", "smollm2-135m@bf16"] and report["fits"] is None
+    for name, model in report["models"].items():
+        assert model["steps"] and {s["step"] for s in model["steps"]} <= {"scope_next_token", "score"}, name
+    reference, target = (sum(s["calls"] for s in m["steps"]) for m in report["models"].values())
+    assert reference > target >= 2  # the search's calls are the reference's; a model scores texts and pairs
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--target=smollm2-135m@bf16"], r"^error: --target=smollm2-135m@bf16 is not a TPU slice: the models it named "
+                                     r"are now --model=smollm2-135m@bf16"),
+    (["--reference=minilm-l6", "--model=minilm-l6@int8", "--compile_only"],
+     r"^error: --compile_only compiles SCoPE's zero-shot and next-token steps, and minilm-l6's head \(finetune\)"),
+])
+def test_scope_old_target_flag_and_trained_heads_are_one_line(argv, says, tmp_path, capsys):
+    """SCoPE's models moved from --target to --model: an old --target=MODEL says so; --compile_only refuses a
+    head trained outside the engine."""
+    from experiments import scope
+
+    with pytest.raises(SystemExit) as e:
+        scope.main([*argv, _labelled(tmp_path), "--max_examples=4", f"--output_dir={tmp_path}"])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert e.value.code == 2 and len(err) == 1 and re.search(says, err[0])
+
+
+@needs_libtpu
+def test_synbench_compiles_for_v5e_8(tmp_path):
+    """minilm-l6's embed_inputs for a v5e-8: 8 rows on 8 data shards, bf16, the TPU compiler's verdict and cost."""
+    from experiments import synbench
+
+    synbench.main(["--model=minilm-l6", "--n=16", "--scales=1", "--eps=0", "--a_t=0.7", "--batch_size=1",
+                   "--seq_len=4", "--target=v5e-8", "--compile_only", f"--output_dir={tmp_path}"])
+    report = _report(tmp_path / "results.json")
+    assert (report["target"], report["devices"], report["dtype"], report["fits"]) == ("v5e-8", 8, "bfloat16", True)
+    (step,) = report["steps"]
+    assert (step["step"], step["global_rows"], step["calls"]) == ("embed_inputs", 8, 2 * 2)  # 16 a split: 2 x 8
+    assert step["cost"]["useful_flops"] > 0

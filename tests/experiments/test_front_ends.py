@@ -93,9 +93,9 @@ def test_help_shows_groups_defaults_and_the_usage_text_unreflowed():
     ("byod", ["--model=a", "--model=b,c", "--k_long_range=2,1", "--no_generate", "--top_p=0.9"],
      {"model": ("a", "b", "c"), "k_long_range": (2, 1), "generate": False, "top_p": 0.9}),
     ("byod", ["--max_examples=none", "--metrics=negation"], {"max_examples": None, "metrics": ("negation",)}),
-    ("scope", ["--target=a", "--target=b,c", "--bootstrap=7", "--learning_rate=0.1", "--train_batch_size=8"],
-     {"target": ("a", "b", "c"), "n_bootstrap": 7, "learning_rate": 0.1, "train_batch_size": 8}),
-    ("scope", ["--model=m"], {"reference": "m"}),
+    ("scope", ["--model=a", "--model=b,c", "--bootstrap=7", "--learning_rate=0.1", "--train_batch_size=8"],
+     {"model": ("a", "b", "c"), "n_bootstrap": 7, "learning_rate": 0.1, "train_batch_size": 8}),
+    ("scope", ["--reference=m", "--target=v5e-8"], {"reference": "m", "target": "v5e-8"}),
     ("synbench", ["--eps=0,0.4", "--absolute_eps", "--scales=reference", "--norm=inf", "--input_shape=3x8x8"],
      {"epsilons": (0, .4), "relative_epsilon": False, "scales": gaussian.REFERENCE_SCALES,
       "norm": float("inf"), "input_shape": (3, 8, 8)}),
@@ -172,7 +172,7 @@ def test_scope_passes_the_shared_flags_to_every_model(tmp_path, monkeypatch):
 
     monkeypatch.setattr("lmprobe.engine.Scorer.load", load_scorer)
     with pytest.raises(Loaded):
-        scope.main(["--reference=ref@bf16", "--target=t", f"--dataset={data}", "--model_parallel=2", "--sharding=tp",
+        scope.main(["--reference=ref@bf16", "--model=t", f"--dataset={data}", "--model_parallel=2", "--sharding=tp",
                     "--revision=abc", "--offline", "--dtype=bfloat16", "--batch_size=3", f"--output_dir={tmp_path}"])
     (name, kwargs), = calls
     assert name == "ref@bf16" and str(kwargs.pop("dtype")) == "bfloat16" and kwargs.pop("progress") is cli.progress
@@ -301,9 +301,9 @@ ENCODER = "'minilm-l6' is an encoder: give a causal LM such as smollm2-135m"
     ("mstemp", ["--top_p=1.5"], "top_p=1.5 in (0, 1]"),
     ("mstemp", ["--max_examples=0"], "argument --max_examples: give an integer >= 1, not 0"),
     ("mstemp", ["--label_names=a,b,c", "--max_examples=8"], "--label_names gives 3 names for 2 classes"),
-    ("scope", ["--task=lm", "--reference=minilm-l6", "--target=smollm2-135m"], "scope --task=lm needs a causal LM; "
+    ("scope", ["--task=lm", "--reference=minilm-l6", "--model=smollm2-135m"], "scope --task=lm needs a causal LM; "
                                                                               + ENCODER),
-    ("scope", ["--head=zero-shot", "--target=minilm-l6"], "scope --head=zero-shot needs a causal LM; " + ENCODER),
+    ("scope", ["--head=zero-shot", "--model=minilm-l6"], "scope --head=zero-shot needs a causal LM; " + ENCODER),
     ("scope", ["--max_examples=0"], "argument --max_examples: give an integer >= 1, not 0"),
     ("scope", ["--bootstrap=-1"], "n_bootstrap=-1 must be >= 0"),
     ("synbench", ["--input_scale=0"], "argument --input_scale: give a number > 0, not 0"),

@@ -24,6 +24,7 @@ from lmprobe.methods.synbench.config import (
     CURVE_GRID,
     DEFAULT_INPUT_SCALES,
     DEFAULT_N_RATIO,
+    DEFAULT_SEQ_LEN,
     DOWNSTREAM_SEED_OFFSET,
     STDERR_DRAWS,
     Config,
@@ -340,6 +341,29 @@ def input_scale_sweep(scorer, name: str, config: Config, input_scales=DEFAULT_IN
         kwargs["moments"] = embedding_moments(scorer, name=name)
     return {float(c): run(scorer_representation(scorer, name, input_scale=c, **kwargs), config, cache_dir=cache_dir,
                           progress=progress) for c in input_scales}
+
+
+def engine_queries(scorer, name: str, config: Config, *, seq_len: int = DEFAULT_SEQ_LEN, pooling: str | None = None,
+                   layer: int = -1) -> None:
+    """Every engine query ``run`` asks of a language model's ``scorer_representation`` (uncached, in order):
+    Scorer.embed_inputs of each batch of Gaussian inputs of every (scale, split), then the robust probe's
+    train and test inputs where it attacks the representation (``probe_attack="representation"``; an LM
+    has no input attack). What a compile-only Scorer compiles (lmprobe.engine.aot): the inputs are zeros
+    of the batches' shapes (their values choose no step), so neither the embedding moments (``model.embed``
+    over the vocabulary, eager) nor the Gaussian draws are computed."""
+    rep = scorer_representation(scorer, name, seq_len=seq_len, pooling=pooling, layer=layer, inputs="rms",
+                                input_scale=1.0)  # the same fn (pooling, layer) without the moments' weights
+
+    def queries(n: int) -> None:
+        for start in range(0, n, config.batch_size):  # gaussian.batches' batches: the last one cut short
+            rep.fn(np.zeros((min(config.batch_size, n - start), *rep.input_shape), np.float32))
+
+    for _scale in config.scales:
+        for _split in ("train", "test"):
+            queries(config.n)
+    if config.robust_probe and config.probe_attack == "representation":
+        for _split in ("train", "test"):
+            queries(config.probe_n or config.n)
 
 
 def downstream_task(rep: Representation, config: Config) -> tuple[np.ndarray, ...]:
