@@ -6,6 +6,12 @@ program the compiler produced (per device, after partitioning and fusion): the F
 products (dot, convolution), the bytes each top-level operation reads and writes (operands and
 result, as XLA's cost analysis counts a fusion), and the bytes its collectives move; each times the
 trip count of the loops around it (read from the loop condition's bound).
+
+Of those bytes, ``hbm_bytes`` are the ones in HBM: the TPU compiler places some buffers in on-chip
+memory (a layout's memory space ``S(1)``, VMEM: a decoding step's weights or cache prefetched by
+``copy-start`` and read there), and an operation reading or writing such a buffer moves no HBM bytes
+for it. ``while_loops`` and ``computation=`` give the cost of one trip of a loop (a decoding step
+inside a generation program).
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import re
 
 _BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4,
           "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16, "s4": 0.5, "u4": 0.5}
-_ARRAY = re.compile(r"\b([a-z]+[0-9a-z]*)\[([0-9,]*)\]")
+_ARRAY = re.compile(r"\b([a-z]+[0-9a-z]*)\[([0-9,]*)\](\{[^}]*\})?")
 _HEADER = re.compile(r"^(?:ENTRY\s+)?%(\S+)\s*\(.*\)\s*->\s*.*\{\s*$")
 _FREE = {"parameter", "get-tuple-element", "tuple", "bitcast", "constant", "while", "call", "conditional",
          "after-all", "partition-id", "replica-id", "opt-barrier", "copy-done", "all-gather-done",
@@ -27,9 +33,10 @@ _COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "col
 
 @dataclasses.dataclass(frozen=True)
 class ProgramCost:
-    """Per device: FLOPs of matrix products, bytes read and written by operations, bytes moved by
-    collectives (all over loop trip counts); ``unknown_loops``: loops whose trip count was not found
-    (counted once); ``custom_calls``: runs of Pallas kernels, whose FLOPs are not counted."""
+    """Per device: FLOPs of matrix products, bytes read and written by operations (``hbm_bytes`` of
+    them in HBM, the rest in on-chip memory), bytes moved by collectives (all over loop trip counts);
+    ``unknown_loops``: loops whose trip count was not found (counted once); ``custom_calls``: runs of
+    Pallas kernels, whose FLOPs are not counted."""
 
     flops: float
     bytes_accessed: float
@@ -37,6 +44,7 @@ class ProgramCost:
     seconds: float  # roofline: each operation at max(FLOPs / peak, bytes / bandwidth), summed
     unknown_loops: int
     custom_calls: int
+    hbm_bytes: float = 0.0
 
 
 @dataclasses.dataclass
@@ -51,11 +59,17 @@ class _Op:
 
 
 def _arrays(text: str) -> list:
-    return [(d, tuple(int(x) for x in dims.split(",") if x)) for d, dims in _ARRAY.findall(text)]
+    """[(dtype, dims, memory space)]: the space from the layout's S(n), 0 (HBM) without one."""
+    out = []
+    for d, dims, layout in _ARRAY.findall(text):
+        space = re.search(r"S\((\d+)\)", layout)
+        out.append((d, tuple(int(x) for x in dims.split(",") if x), int(space.group(1)) if space else 0))
+    return out
 
 
-def _nbytes(arrays) -> float:
-    return sum(_BYTES.get(d, 4) * math.prod(dims) for d, dims in arrays)
+def _nbytes(arrays, hbm: bool = False) -> float:
+    """Bytes of ``arrays``; ``hbm``: of those in HBM (memory space 0) only."""
+    return sum(_BYTES.get(a[0], 4) * math.prod(a[1]) for a in arrays if not (hbm and a[2]))
 
 
 def _split_type(rest: str) -> tuple[str, str]:
@@ -136,11 +150,13 @@ def _matmul_flops(op: _Op) -> float:
     return 2.0 * out * k
 
 
-def program_cost(text: str, *, peak_flops: float, hbm_bandwidth: float) -> ProgramCost:
-    """The cost of an optimized HLO module's text (``compiled.as_text()``), per device."""
+def program_cost(text: str, *, peak_flops: float, hbm_bandwidth: float, computation: str | None = None) -> ProgramCost:
+    """The cost of an optimized HLO module's text (``compiled.as_text()``), per device: of its entry,
+    or of ``computation`` run once (a loop's body: one trip, ``while_loops``)."""
     comps, entry = _parse(text)
     constants = _constants(text)
-    totals = {"flops": 0.0, "bytes": 0.0, "collective": 0.0, "seconds": 0.0, "unknown": 0, "custom": 0}
+    totals = {"flops": 0.0, "bytes": 0.0, "hbm": 0.0, "collective": 0.0, "seconds": 0.0, "unknown": 0, "custom": 0}
+    channels: set = set()  # (computation, channel id) of the asynchronous collectives counted
 
     def flops_in(name: str, seen=()) -> float:
         total = 0.0
@@ -183,25 +199,58 @@ def program_cost(text: str, *, peak_flops: float, hbm_bandwidth: float) -> Progr
                 continue
             if op.opcode in _FREE:
                 continue
-            reads = (_fusion_reads(comps, op) if op.opcode == "fusion" else _nbytes(op.operands[1:])
-                     if op.opcode == "dynamic-update-slice" else _nbytes(op.operands))
-            moved = _written(comps, op) + reads
+            moved, hbm = (_written(comps, op, on) + (
+                _fusion_reads(comps, op, on) if op.opcode == "fusion" else _nbytes(op.operands[1:], on)
+                if op.opcode == "dynamic-update-slice" else _nbytes(op.operands, on)) for on in (False, True))
             if op.opcode.startswith(_COLLECTIVES):
                 totals["collective"] += times * _nbytes(op.out)
                 continue
             flops = _matmul_flops(op) if op.opcode in ("dot", "convolution") else 0.0
             if op.opcode == "fusion":
                 flops = sum(flops_in(c) for c in re.findall(r"calls=%([\w.\-]+)", op.attrs))
+                for o in _params(comps, op)[0]:  # an asynchronous collective's, once per channel
+                    channel = re.search(r"channel_id=(\d+)", o.attrs)
+                    if o.opcode.startswith(_COLLECTIVES) and (channel is None or (name, channel[1]) not in channels):
+                        channels.add((name, channel[1]) if channel else None)
+                        totals["collective"] += times * _nbytes(o.out)
             if op.opcode == "custom-call" and 'custom_call_target="tpu_custom_call"' in op.attrs:
                 totals["custom"] += times
             totals["flops"] += times * flops
             totals["bytes"] += times * moved
+            totals["hbm"] += times * hbm
             totals["seconds"] += times * max(flops / peak_flops, moved / hbm_bandwidth)
 
-    if entry is not None:
-        walk(entry, 1.0)
+    start = entry if computation is None else computation
+    if start is not None:
+        walk(start, 1.0, (start,))
     return ProgramCost(totals["flops"], totals["bytes"], totals["collective"], totals["seconds"], totals["unknown"],
-                       totals["custom"])
+                       totals["custom"], totals["hbm"])
+
+
+@dataclasses.dataclass(frozen=True)
+class Loop:
+    """A while loop of a compiled program: where it is, its body and condition, its trip count (None:
+    not found, e.g. a decoding loop that stops at EOS)."""
+
+    computation: str
+    body: str
+    condition: str
+    trips: int | None
+
+
+def while_loops(text: str) -> list[Loop]:
+    """Every while loop of an optimized HLO module's text, in program order (outer before inner)."""
+    comps, _ = _parse(text)
+    constants = _constants(text)
+    loops = []
+    for name, ops in comps.items():
+        for op in ops:
+            body = re.search(r"body=%([\w.\-]+)", op.attrs) if op.opcode == "while" else None
+            cond = re.search(r"condition=%([\w.\-]+)", op.attrs) if body else None
+            if body and cond:
+                trips = _trips(comps, cond.group(1), body.group(1)) or constants.get(cond.group(1))
+                loops.append(Loop(name, body.group(1), cond.group(1), trips))
+    return loops
 
 
 _SLICING = ("dynamic-slice", "slice", "gather")
@@ -215,10 +264,14 @@ def _params(comps: dict, fusion: _Op) -> tuple[list, dict]:
 
 def _reads(comps: dict, body: list, param: str, full: float, depth: int = 0) -> float:
     """Bytes read of parameter ``param`` of a fused computation: the slices taken of it when it is
-    only sliced (through nested fusions too), else ``full``."""
+    only sliced (through nested fusions too), none when it is only passed through (an element of the
+    root tuple: an async collective's buffers, threaded through the fusions that overlap it) or
+    gathered by a collective (counted as collective bytes), else ``full``."""
     total, updated = 0.0, False
     for user in (o for o in body if param in o.args):
-        if user.opcode == "dynamic-update-slice" and user.args[0] == param and user.args.count(param) == 1:
+        if user.opcode.startswith(_COLLECTIVES) or (user is body[-1] and _async_collective(body)):
+            updated = True
+        elif user.opcode == "dynamic-update-slice" and user.args[0] == param and user.args.count(param) == 1:
             updated = True  # a buffer updated in place: the update's bytes are the write
         elif user.opcode in _SLICING and user.args[0] == param:
             total += _nbytes(user.out)
@@ -231,24 +284,44 @@ def _reads(comps: dict, body: list, param: str, full: float, depth: int = 0) -> 
     return min(total, full) if total or updated else full
 
 
-def _written(comps: dict, op: _Op) -> float:
-    """Bytes an operation writes: an in-place update (dynamic-update-slice, also as a fusion's root)
-    writes its update, anything else its whole result."""
+def _written(comps: dict, op: _Op, hbm: bool = False) -> float:
+    """Bytes an operation writes (``hbm``: into HBM): an in-place update (dynamic-update-slice, also as
+    a fusion's root) writes its update, a copy-start its destination (its result's first element;
+    the second is its source), anything else its whole result."""
     root = op
     if op.opcode == "fusion":
         body, _ = _params(comps, op)
         root = body[-1] if body else op
+        if _async_collective(body):  # of the root's elements, what the fusion computes
+            named = {o.name: o for o in body}
+            parts = [named[a] for a in root.args if a in named] if root.opcode == "tuple" else []
+            return sum(_nbytes(o.out, hbm) for o in parts if o.opcode not in ("parameter", "custom-call")
+                       and not o.opcode.startswith(_COLLECTIVES))
     if root.opcode == "dynamic-update-slice" and len(root.operands) >= 2:
-        return _nbytes(root.operands[1:2])
-    return _nbytes(op.out)
+        return 0.0 if hbm and any(a[2] for a in op.out[:1]) else _nbytes(root.operands[1:2])
+    return _nbytes(op.out[:1] if op.opcode == "copy-start" else op.out, hbm)
 
 
-def _fusion_reads(comps: dict, op: _Op) -> float:
-    """Bytes a fusion reads: a parameter only sliced inside it (a layer's weights out of the stacked
-    ones) counts the slices it reads, any other its whole size."""
+def _async_collective(body: list) -> bool:
+    """Whether a fused computation is one of an asynchronous collective's (the TPU compiler's: a
+    collective started or finished beside other work, its buffers passed through the root, a tuple
+    or a custom-call): its collective's bytes are collective bytes, its pass-through buffers no bytes."""
+    return bool(body) and body[-1].opcode in ("tuple", "custom-call") and any(
+        o.opcode.startswith(_COLLECTIVES) for o in body)
+
+
+def _fusion_reads(comps: dict, op: _Op, hbm: bool = False) -> float:
+    """Bytes a fusion reads (``hbm``: from HBM): a parameter only sliced inside it (a layer's weights
+    out of the stacked ones) counts the slices it reads, any other its whole size."""
     body, params = _params(comps, op)
-    return sum(_reads(comps, body, params[i], _nbytes(op.sources.get(name, []))) if i in params
-               else _nbytes(op.sources.get(name, [])) for i, name in enumerate(op.args))
+    total = 0.0
+    for i, name in enumerate(op.args):
+        arrays = op.sources.get(name, [])
+        if hbm and arrays and all(a[2] for a in arrays):
+            continue  # in on-chip memory
+        full = _nbytes(arrays, hbm)
+        total += _reads(comps, body, params[i], full) if i in params else full
+    return total
 
 
 def _trips(comps: dict, condition: str, body: str) -> int | None:

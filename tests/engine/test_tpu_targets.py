@@ -18,6 +18,9 @@ from lmprobe.errors import LmprobeError
 needs_libtpu = pytest.mark.skipif(not targets.libtpu_available(),
                                   reason="libtpu is not installed (the test extra installs it)")
 TINY = dict(model_type="gpt2", n_layer=2, n_embd=64, n_head=4, vocab_size=256, n_positions=128)
+DECODER = dict(model_type="llama", vocab_size=2048, hidden_size=256, intermediate_size=688, num_hidden_layers=2,
+               num_attention_heads=4, num_key_value_heads=2, head_dim=64, tie_word_embeddings=True,
+               max_position_embeddings=1024)
 # one layer whose MLP is 2**21 wide: a row of 128 tokens holds 1.5 GiB of activations per device
 WIDE = dict(model_type="gpt2", n_layer=1, n_embd=64, n_head=4, vocab_size=256, n_positions=128, n_inner=2**21)
 
@@ -103,6 +106,47 @@ def test_the_step_compiles_for_the_target(name):
     assert s.cost.useful_flops == P.Planner(TINY, jnp.bfloat16, "tiny").useful_flops(2 * t.devices, 128)
     assert s.cost.seconds > 0 and "ESTIMATE (TPU cost model, not measured)" in out.table()
     assert 0.9 < s.cost.overhead < 1.1  # the matmuls outside the attention kernel, by hand
+
+
+@needs_libtpu
+def test_a_decoding_step_reads_the_weights_and_cache_about_once():
+    """One trip of generate's decoding loop, compiled for v5e-8 (rows over the 8 chips, weights
+    replicated), moves at most 1.3x the bytes of the weights plus the KV cache a device holds, in all
+    memories (experiments/bench/decode_bytes.py; smollm2-135m: 1.02-1.21x). Writing each new token into
+    its layer's cache slice inside the layer scan (layers.DECODE_PAIR_MAX = 0) read 1.51x here."""
+    from flax import nnx
+
+    from experiments.bench.decode_bytes import decoding_loop
+    from lmprobe.engine import generation
+    from lmprobe.engine.mesh import batch_sharding, tracing_on
+    from lmprobe.models.base import empty_cache
+
+    t = targets.target("v5e-8")
+    planner, mesh = P.Planner(DECODER, jnp.bfloat16, "decoder", t), P.target_mesh(t)
+    state = planner.sharded_state(mesh, "tp")
+    rows, prompt, new = 32, 224, 32
+
+    def arg(shape, dtype):
+        return jax.ShapeDtypeStruct(shape, dtype, sharding=batch_sharding(mesh, len(shape)) if shape else
+                                    NamedSharding(mesh, PartitionSpec()))
+
+    def generate(state, *a):
+        with tracing_on(mesh):
+            return generation.generate(nnx.merge(planner.graphdef, state), *a, max_new_tokens=new, top_k=0,
+                                       greedy=True)
+
+    ids = arg((rows, prompt), jnp.int32)
+    text = jax.jit(generate).lower(state, ids, ids, arg((rows,), jnp.int32), arg((), jnp.int32),
+                                   arg((), jnp.float32), arg((), jnp.float32), arg((), jnp.int32)).compile().as_text()
+    cache = jax.eval_shape(lambda: empty_cache(planner.cfg, rows, prompt + new, jnp.bfloat16))
+    weights = planner.bytes_per_device(mesh, "tp")
+    held = weights + sum(a.size * a.dtype.itemsize for a in jax.tree.leaves(cache)) / t.devices
+    loop = decoding_loop(text, DECODER["num_hidden_layers"])
+    chip = t.chip
+    step = program_cost(text, peak_flops=chip.peak_flops, hbm_bandwidth=chip.hbm_bandwidth, computation=loop.body)
+    assert loop.trips == new and step.unknown_loops == 0
+    assert weights < step.bytes_accessed <= 1.3 * held  # every layer's weights: the layer scan counted per layer
+    assert step.hbm_bytes <= step.bytes_accessed and step.collective_bytes == 0
 
 
 @needs_libtpu
