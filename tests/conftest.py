@@ -17,6 +17,7 @@ and shapes loads its programs instead of compiling them. The folder is $LMPROBE_
 compiles only what changed, and is capped at 2 GiB (least recently used programs go first).
 """
 
+import logging
 import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -26,6 +27,7 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 import jax  # noqa: E402
 import pytest  # noqa: E402
 
+from lmprobe import log  # noqa: E402
 from lmprobe.engine.mesh import set_default_devices  # noqa: E402
 
 jax.config.update("jax_num_cpu_devices", 8)
@@ -54,4 +56,11 @@ def pytest_runtest_setup(item):
 
 
 def pytest_runtest_teardown(item, nextitem):
+    """Undo what a test's front end set for the process: the default devices, and ``log.setup``'s handler
+    (the 'lmprobe' logger stops propagating, so a later test's caplog would see none of its records)."""
     set_default_devices(None)
+    logger = logging.getLogger(log.ROOT)
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+    logger.setLevel(logging.NOTSET)
+    logger.propagate = True

@@ -26,9 +26,9 @@ import time
 # job -> front end and its flags (--output_dir is added per run)
 JOBS = {
     "smoke": ["smoke"],
-    "syntextbench-encoder": ["syntextbench", "--model=minilm-l6", "--n=256", "--levels=0,0.5", "--no_baselines"],
-    "syntextbench-decoder": ["syntextbench", "--model=smollm2-135m", "--n=200", "--levels=0,0.5", "--no_baselines",
-                             "--icl_examples=4"],
+    # both embedded models in one run: an encoder, a decoder with in-context accuracy, the baselines
+    "syntextbench": ["syntextbench", "--model=minilm-l6,smollm2-135m", "--n=200", "--levels=0,0.2",
+                     "--baseline_steps=10", "--icl_examples=4"],
     "byod-decoder": ["byod", "--model=smollm2-135m", "--max_examples=8", "--examples=toxicity:4"],
     "scope-decoder": ["scope", "--reference=smollm2-135m", "--model=smollm2-135m@bf16", "--max_examples=4",
                       "--trials=1", "--capability=typo"],
@@ -52,6 +52,7 @@ JOBS = {
 }
 NEEDS = {"sweep": "train"}  # job -> the job whose output it reads (run first, into the same folder)
 NO_OUTPUT_DIR = {"smoke", "plan", "models", "datasets", "assets"}
+WRITES = {"syntextbench": "comparison.json"}  # job -> the file it writes last, where not results.json
 
 INSTALL_CHECK = ["smoke", "plan", "models", "datasets", "assets"]  # seconds each; with every front end's --help
 HELP = "--help"  # a job "<front end> --help" (install_check_jobs)

@@ -178,15 +178,3 @@ def test_minilm_end_to_end_difficulty_steers_and_rerun_uses_cache(tmp_path, caps
     front_end.main(args)  # rerun: same numbers from the cached embeddings
     assert json.loads((tmp_path / "results.json").read_text())["score"] == result["score"]
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == cached
-
-
-@pytest.mark.slow
-def test_two_models_with_decoder_icl_and_baselines(tmp_path):
-    front_end.main(["--model=minilm-l6,smollm2-135m", "--n=200", "--levels=0,0.2", "--baseline_steps=10",
-                    "--icl_examples=4", f"--output_dir={tmp_path}"])
-    comparison = json.loads((tmp_path / "comparison.json").read_text())
-    assert [row["model"] for row in comparison] == ["minilm-l6", "smollm2-135m"]
-    smol = json.loads((tmp_path / "smollm2-135m" / "results.json").read_text())
-    assert 0 <= smol["levels"][0]["icl_accuracy"] <= 1
-    assert smol["baselines"]["p"] == 0.2 and np.isfinite(smol["baselines"]["mdl"])
-    assert (tmp_path / "goodness.png").exists() and (tmp_path / "minilm-l6" / "goodness.png").exists()
