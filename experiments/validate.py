@@ -40,7 +40,7 @@ from lmprobe.errors import LmprobeError
 from lmprobe.methods import stages as stages_lib
 from lmprobe.report import correlation, plots, validation
 from lmprobe.store import join
-from lmprobe.text import number, plural
+from lmprobe.text import estimate, number, plural
 
 PROXIES, TASKS = stages_lib.PROXIES, stages_lib.TASKS
 RISES = correlation.RISES
@@ -85,10 +85,6 @@ def chosen(args) -> tuple[str, ...]:
 # --- the summary -------------------------------------------------------------------------------
 
 
-def _value(v, se) -> str:
-    return number(v, ".4f") if se is None else f"{number(v, '.4f')}±{number(se, '.4f')}"
-
-
 def _p(p) -> str:
     return "n/a" if p is None else f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
 
@@ -102,7 +98,7 @@ def model_lines(rows: list[dict], group: str, resolved_pairs: dict) -> list[str]
                                                          else "") for r in rows))
     lines = [f"== {group}: per-model numbers (value±standard error where the method gives one; widths {sizes})",
              "number".ljust(28) + " ".join(label[:width].rjust(width) for label in labels)]
-    lines += [name[:28].ljust(28) + " ".join(_value(r["numbers"].get(name), r["stderr"].get(name)).rjust(width)
+    lines += [name[:28].ljust(28) + " ".join(estimate(r["numbers"].get(name), r["stderr"].get(name), ".4f").rjust(width)
                                              for r in rows) for name in names]
     lines.append(f"== {group}: pairs of models each number resolves (t test of each difference on its errors' "
                  "degrees of freedom, paired over the shared test items where a number has them, Holm-adjusted "
@@ -229,7 +225,6 @@ def summary(records: list[dict], correlations: dict, trends: dict, resolved_pair
             lines.append(f"== {group}: {table['pooled']['why']}")
             lines += correlation_lines(table["pooled"]["rows"])
     return "\n".join(lines)
-
 
 
 @main_guard
