@@ -10,8 +10,10 @@ trip count of the loops around it (read from the loop condition's bound).
 Of those bytes, ``hbm_bytes`` are the ones in HBM: the TPU compiler places some buffers in on-chip
 memory (a layout's memory space ``S(1)``, VMEM: a decoding step's weights or cache prefetched by
 ``copy-start`` and read there), and an operation reading or writing such a buffer moves no HBM bytes
-for it. ``while_loops`` and ``computation=`` give the cost of one trip of a loop (a decoding step
-inside a generation program).
+for it; an asynchronous slice into VMEM (``slice-start``, the TPU compiler's way of staging attention's
+q, k, v) moves its slice once, and the custom calls that allocate or lay buffers side by side move
+nothing. ``while_loops`` and ``computation=`` give the cost of one trip of a loop (a decoding step
+inside a generation program); ``ops=`` the cost of each operation.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ _BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, 
 _ARRAY = re.compile(r"\b([a-z]+[0-9a-z]*)\[([0-9,]*)\](\{[^}]*\})?")
 _HEADER = re.compile(r"^(?:ENTRY\s+)?%(\S+)\s*\(.*\)\s*->\s*.*\{\s*$")
 _FREE = {"parameter", "get-tuple-element", "tuple", "bitcast", "constant", "while", "call", "conditional",
-         "after-all", "partition-id", "replica-id", "opt-barrier", "copy-done", "all-gather-done",
+         "after-all", "partition-id", "replica-id", "opt-barrier", "copy-done", "slice-done", "all-gather-done",
          "all-reduce-done", "collective-permute-done", "send-done", "recv-done", "async-done", "add-dependency"}
+# the TPU compiler's custom calls that move no bytes: a buffer allocated, slices laid side by side taken as one
+_FREE_CALLS = re.compile(r'custom_call_target="(?:AllocateBuffer|ConcatBitcast)"')
 _COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute",
                 "ragged-all-to-all")
 
@@ -45,6 +49,20 @@ class ProgramCost:
     unknown_loops: int
     custom_calls: int
     hbm_bytes: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class OpCost:
+    """One top-level operation's share of a ``ProgramCost`` (all trips of the loops around it)."""
+
+    name: str
+    opcode: str
+    source: str  # the op_name of its metadata: the JAX operation it came from
+    times: float  # trips of the loops around it
+    flops: float
+    bytes_accessed: float
+    hbm_bytes: float
+    seconds: float
 
 
 @dataclasses.dataclass
@@ -150,13 +168,16 @@ def _matmul_flops(op: _Op) -> float:
     return 2.0 * out * k
 
 
-def program_cost(text: str, *, peak_flops: float, hbm_bandwidth: float, computation: str | None = None) -> ProgramCost:
+def program_cost(text: str, *, peak_flops: float, hbm_bandwidth: float, computation: str | None = None,
+                 ops: list | None = None) -> ProgramCost:
     """The cost of an optimized HLO module's text (``compiled.as_text()``), per device: of its entry,
-    or of ``computation`` run once (a loop's body: one trip, ``while_loops``)."""
+    or of ``computation`` run once (a loop's body: one trip, ``while_loops``). ``ops``: a list that
+    gets one ``OpCost`` for every operation counted (the breakdown of the totals)."""
     comps, entry = _parse(text)
     constants = _constants(text)
     totals = {"flops": 0.0, "bytes": 0.0, "hbm": 0.0, "collective": 0.0, "seconds": 0.0, "unknown": 0, "custom": 0}
     channels: set = set()  # (computation, channel id) of the asynchronous collectives counted
+    top = totals  # ``ops`` records what is counted here, not in conditionals' branches (the costliest is added)
 
     def flops_in(name: str, seen=()) -> float:
         total = 0.0
@@ -197,11 +218,9 @@ def program_cost(text: str, *, peak_flops: float, hbm_bandwidth: float, computat
                     if callee not in seen:
                         walk(callee, times, (*seen, callee), totals)
                 continue
-            if op.opcode in _FREE:
+            if op.opcode in _FREE or op.opcode == "custom-call" and _FREE_CALLS.search(op.attrs):
                 continue
-            moved, hbm = (_written(comps, op, on) + (
-                _fusion_reads(comps, op, on) if op.opcode == "fusion" else _nbytes(op.operands[1:], on)
-                if op.opcode == "dynamic-update-slice" else _nbytes(op.operands, on)) for on in (False, True))
+            moved, hbm = (_written(comps, op, on) + _read(comps, op, on) for on in (False, True))
             if op.opcode.startswith(_COLLECTIVES):
                 totals["collective"] += times * _nbytes(op.out)
                 continue
@@ -215,6 +234,10 @@ def program_cost(text: str, *, peak_flops: float, hbm_bandwidth: float, computat
                         totals["collective"] += times * _nbytes(o.out)
             if op.opcode == "custom-call" and 'custom_call_target="tpu_custom_call"' in op.attrs:
                 totals["custom"] += times
+            if ops is not None and totals is top:
+                source = re.search(r'op_name="([^"]*)"', op.attrs)
+                ops.append(OpCost(op.name, op.opcode, source[1] if source else "", times, times * flops,
+                                  times * moved, times * hbm, times * max(flops / peak_flops, moved / hbm_bandwidth)))
             totals["flops"] += times * flops
             totals["bytes"] += times * moved
             totals["hbm"] += times * hbm
@@ -284,10 +307,23 @@ def _reads(comps: dict, body: list, param: str, full: float, depth: int = 0) -> 
     return min(total, full) if total or updated else full
 
 
+def _read(comps: dict, op: _Op, hbm: bool = False) -> float:
+    """Bytes an operation reads (``hbm``: from HBM): a fusion's (``_fusion_reads``), an in-place update's
+    update, an asynchronous slice's slice (of its source, in the source's memory), else its operands."""
+    if op.opcode == "fusion":
+        return _fusion_reads(comps, op, hbm)
+    if op.opcode == "dynamic-update-slice":
+        return _nbytes(op.operands[1:], hbm)
+    if op.opcode == "slice-start" and len(op.out) >= 2 and op.operands:
+        return _nbytes([(*op.out[-2][:2], op.operands[0][2])], hbm)
+    return _nbytes(op.operands, hbm)
+
+
 def _written(comps: dict, op: _Op, hbm: bool = False) -> float:
     """Bytes an operation writes (``hbm``: into HBM): an in-place update (dynamic-update-slice, also as
     a fusion's root) writes its update, a copy-start its destination (its result's first element;
-    the second is its source), anything else its whole result."""
+    the second is its source), a slice-start its slice (its result's ((source), slice, context)),
+    anything else its whole result."""
     root = op
     if op.opcode == "fusion":
         body, _ = _params(comps, op)
@@ -299,6 +335,8 @@ def _written(comps: dict, op: _Op, hbm: bool = False) -> float:
                        and not o.opcode.startswith(_COLLECTIVES))
     if root.opcode == "dynamic-update-slice" and len(root.operands) >= 2:
         return 0.0 if hbm and any(a[2] for a in op.out[:1]) else _nbytes(root.operands[1:2])
+    if op.opcode == "slice-start" and len(op.out) >= 2:
+        return _nbytes(op.out[-2:-1], hbm)
     return _nbytes(op.out[:1] if op.opcode == "copy-start" else op.out, hbm)
 
 

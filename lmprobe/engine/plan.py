@@ -382,6 +382,11 @@ class Planner:
         return self.state
 
     def _compile(self, mesh, strategy, rows, length) -> StepMemory | None:
+        return self.compiled(self.lower(mesh, strategy, rows, length), mesh, rows, length)
+
+    def lower(self, mesh: Mesh, strategy: str, rows: int, length: int):
+        """The engine's step (scoring for decoders, embedding for encoders) lowered for ``rows`` per
+        data shard x ``length`` on ``mesh``, not compiled."""
         state = self.sharded_state(mesh, strategy)
         graphdef = self.graphdef
         body = (steps.token_logprobs if self.decoder else
@@ -392,8 +397,7 @@ class Planner:
                 return body(nnx.merge(graphdef, state), ids, mask)
 
         batch = jax.ShapeDtypeStruct((rows * mesh.shape[DATA], length), jnp.int32, sharding=batch_sharding(mesh))
-        lowered = jax.jit(traced, out_shardings=batch_sharding(mesh, 1)).lower(state, batch, batch)
-        return self.compiled(lowered, mesh, rows, length)
+        return jax.jit(traced, out_shardings=batch_sharding(mesh, 1)).lower(state, batch, batch)
 
     def compiled(self, lowered, mesh: Mesh, rows: int, length: int, *, head: bool | None = None,
                  global_rows: int | None = None) -> StepMemory | None:

@@ -21,11 +21,18 @@ from lmprobe.engine.packing import PADDING, visibility
 from lmprobe.errors import LmprobeError
 from lmprobe.models import family_of
 from lmprobe.models.axes import BATCH
+from lmprobe.models.layers import target_platform
 
 # Positions per LM-head slice when scoring every token, at most: slices of ~128 rows run the head's matmul
 # near its best rate on CPU, 32-row slices well below it (docs/performance.md).
 TIME_CHUNK = 128
 LOGITS_BYTES = 32 << 20  # and a slice's float32 logits, [B, slice, V], at most this (one row's at least)
+# Traced for a TPU or GPU, a slice of at least HEAD_TOKENS rows x positions where its logits fit
+# ACCELERATOR_LOGITS_BYTES: each slice reads the whole head (under fsdp, gathers it), so a slice's matmul
+# is bound by those bytes below ~250 tokens (v5e: 240 FLOPs a byte); 128 tokens held pythia-1b's head
+# to half the chip's FLOPs on v5e-8 (docs/performance.md)
+HEAD_TOKENS = 512
+ACCELERATOR_LOGITS_BYTES = 128 << 20
 NO_HIDDEN = ("embeddings need hidden states, and this model gives logits only (a CallableLM whose apply returns "
              "logits): return (logits, hidden [B, T, D]) from apply")
 
@@ -60,9 +67,14 @@ def head_slice(model, batch: int, length: int) -> int:
     ``length`` (buckets are multiples of 4: powers of two and 1.5x), at most TIME_CHUNK, and small enough that
     the slice's float32 logits stay within LOGITS_BYTES on a device (smollm2-135m, 16 rows: 8 positions,
     25 MB, where 32 held 100 MB). Traced on a mesh, a device holds its share of the rows: each slice reads
-    the whole head, so slices sized for all rows would read it once per device per few positions."""
+    the whole head, so slices sized for all rows would read it once per device per few positions. Traced
+    for a TPU or GPU (layers.target_platform), a slice holds at least HEAD_TOKENS rows x positions where
+    ACCELERATOR_LOGITS_BYTES allows."""
     rows = -(-batch // batch_split())
     fits = max(1, LOGITS_BYTES // (4 * rows * model.config.vocab_size))
+    if target_platform() != "cpu":
+        enough = 1 << (-(-HEAD_TOKENS // rows) - 1).bit_length()  # a power of two
+        fits = max(fits, min(enough, ACCELERATOR_LOGITS_BYTES // (4 * rows * model.config.vocab_size)))
     return math.gcd(length, min(TIME_CHUNK, 1 << (fits.bit_length() - 1)))
 
 

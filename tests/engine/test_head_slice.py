@@ -44,3 +44,15 @@ def test_a_slice_is_sized_for_the_rows_a_device_holds():
         assert steps.batch_split() == 8
         assert steps.head_slice(Model(), 128, 96) == sixteen == 8
     assert steps.batch_split() == 1 and steps.head_slice(Model(), 128, 96) == 1
+
+
+def test_traced_for_an_accelerator_a_slice_is_large_enough_not_to_wait_on_the_head():
+    """On TPU or GPU a slice reads (under fsdp, gathers) the whole head: 16 rows of a 49k vocabulary get
+    32 positions (512 tokens, HEAD_TOKENS), where CPU's memory budget gives 8."""
+    from lmprobe.models import layers
+
+    with layers.traced_for("tpu"):
+        chunk = steps.head_slice(Model(), 16, 96)
+    assert chunk == 32 and 4 * 16 * chunk * Config.vocab_size <= steps.ACCELERATOR_LOGITS_BYTES
+    with layers.traced_for("cpu"):
+        assert steps.head_slice(Model(), 16, 96) == 8
