@@ -43,6 +43,11 @@ class Runner:
 
     lookahead = 4  # batches dispatched past the oldest result not yet read back, when reading early
     readback_bytes = 1 << 28  # bytes of results (all devices) a call holds on device before reading the oldest back
+    # XLA's CPU client runs the devices' shares of queued executions on one thread pool: with many programs
+    # holding collectives in flight, shares wait on rendezvous that cannot start, and it aborts after 40 s
+    # (a 2-device CPU mesh, ~125 embedding batches dispatched ahead). On a CPU mesh of several devices a call
+    # reads back early past this many batches in flight (host and devices share memory: readback is cheap).
+    cpu_mesh_in_flight = 16
 
     def __init__(self, model: nnx.Module, mesh, *, batch_size: int, max_tokens: int | None, max_length: int,
                  buckets: Sequence[int] = LENGTH_BUCKETS, data_axes: Sequence[str] | None = None):
@@ -160,16 +165,19 @@ class Runner:
 
         ``calls`` is lazy, so the host pads and places batch k+1 while the device runs batch k
         (dispatch is asynchronous). Nothing is read back before the last step is dispatched,
-        unless the outputs held on device pass ``readback_bytes``: then all but the newest
-        ``lookahead`` are read back together, the newer ones still running meanwhile.
+        unless the outputs held on device pass ``readback_bytes`` (or, on a CPU mesh of several devices,
+        ``cpu_mesh_in_flight`` batches): then all but the newest ``lookahead`` are read back together,
+        the newer ones still running meanwhile.
         """
         readback = readback or self.fetch
+        devices = self.mesh.devices
+        in_flight = self.cpu_mesh_in_flight if devices.size > 1 and devices.flat[0].platform == "cpu" else None
         done, pending, held = [], [], 0
         for args in calls:
             pending.append(step(*args))
             held += _nbytes(pending[-1])
             ready = len(pending) - self.lookahead
-            if ready > 0 and held > self.readback_bytes:
+            if ready > 0 and (held > self.readback_bytes or (in_flight is not None and len(pending) > in_flight)):
                 done += readback(pending[:ready])
                 del pending[:ready]
                 held = _nbytes(pending)
