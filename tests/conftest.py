@@ -1,5 +1,6 @@
 """Test session setup: CPU only, no network, fp32 matmuls; 8 virtual devices, of which a test's default
-mesh spans one unless the test is marked ``multi_device``; one compilation cache that every test shares.
+mesh spans one unless the test is marked ``multi_device``; one compilation cache that every test shares;
+tiny random stand-ins of the embedded models (tiny_smollm2_dir, tiny_minilm_dir).
 
 jax fixes its device count when the backend starts, so the 8 CPU devices exist for the whole session
 (tests that name devices, ``make_mesh(devices=jax.devices()[:2])``, get them). What differs per test
@@ -14,7 +15,8 @@ through a persistent compilation cache with no minimum compile time: a new Runne
 and shapes loads its programs instead of compiling them. The folder is $LMPROBE_COMPILATION_CACHE, else
 ~/.cache/lmprobe/jax-tests (apart from the user's runs' cache, which keeps only programs that took
 0.5 s to compile); it outlives the session, as the library's own does, so that a rerun of the suite
-compiles only what changed, and is capped at 2 GiB (least recently used programs go first).
+compiles only what changed, and is pruned to 2 GiB when a session starts (least recently used programs
+go first).
 """
 
 import logging
@@ -40,7 +42,28 @@ CACHE = os.environ.get("LMPROBE_COMPILATION_CACHE") or os.path.join(
 jax.config.update("jax_compilation_cache_dir", CACHE)  # lmprobe's enable_compilation_cache leaves it alone
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-jax.config.update("jax_compilation_cache_max_size", 2 << 30)
+CACHE_BYTES = 2 << 30
+
+
+def prune(folder: str, max_bytes: int) -> None:
+    """Delete the least recently used files of ``folder`` until it holds at most ``max_bytes``.
+
+    Done once a session, not by jax (``jax_compilation_cache_max_size``): jax's eviction scans the whole folder
+    on every write, and fails every write once the folder holds an entry written without it (as the front
+    ends' subprocesses write them), so that nothing new was cached any more."""
+    if not os.path.isdir(folder):
+        return
+    files = [e for e in os.scandir(folder) if e.is_file()]
+    used = sorted(files, key=lambda e: max(e.stat().st_atime, e.stat().st_mtime))
+    total = sum(e.stat().st_size for e in files)
+    for entry in used:
+        if total <= max_bytes:
+            break
+        total -= entry.stat().st_size
+        os.remove(entry.path)
+
+
+prune(CACHE, CACHE_BYTES)
 os.environ["LMPROBE_COMPILATION_CACHE"] = CACHE  # the front ends the tests run in subprocesses share it
 
 
@@ -64,3 +87,19 @@ def pytest_runtest_teardown(item, nextitem):
         logger.removeHandler(handler)
     logger.setLevel(logging.NOTSET)
     logger.propagate = True
+
+
+@pytest.fixture(scope="session")
+def tiny_smollm2_dir(tmp_path_factory) -> str:
+    """A tiny random SmolLM2 (its tokenizer, 2 layers of width 64): tests/tiny_models.py."""
+    from tests.tiny_models import tiny_smollm2
+
+    return tiny_smollm2(tmp_path_factory.mktemp("tiny_smollm2"))
+
+
+@pytest.fixture(scope="session")
+def tiny_minilm_dir(tmp_path_factory) -> str:
+    """A tiny random MiniLM (its tokenizer and pooling, 2 layers of width 64): tests/tiny_models.py."""
+    from tests.tiny_models import tiny_minilm
+
+    return tiny_minilm(tmp_path_factory.mktemp("tiny_minilm"))
