@@ -30,6 +30,7 @@ DRIVER = textwrap.dedent("""
     import json, os, sys
 
     root = os.path.realpath(sys.argv[1])
+    decoder, encoder = sys.argv[2:4]  # tiny random SmolLM2 and MiniLM (tests/tiny_models.py)
     writes = []
 
     def audit(event, args):
@@ -55,13 +56,13 @@ DRIVER = textwrap.dedent("""
         main(argv)
         print(f"WRITES {name} " + json.dumps(writes), flush=True)
 
-    step("byod", byod.main, ["--model=smollm2-135m", "--corpus=fortunes", "--max_examples=4",
+    step("byod", byod.main, [f"--model={decoder}", "--corpus=fortunes", "--max_examples=4",
                              "--metrics=negation,word_order", "--benign=", "--batch_size=2",
                              f"--output_dir={root}/byod"])
-    step("syntextbench", syntextbench.main, ["--model=minilm-l6", "--lexicon=afinn", "--n=200", "--levels=0,0.5",
+    step("syntextbench", syntextbench.main, [f"--model={encoder}", "--lexicon=afinn", "--n=200", "--levels=0,0.5",
                                              "--no_baselines", "--icl_examples=0", "--batch_size=4",
                                              f"--output_dir={root}/syntextbench"])
-    synbench_argv = ["--model=minilm-l6", "--n=64", "--scales=1,3", "--eps=0,0.4", "--a_t=0.6,0.7", "--seq_len=8",
+    synbench_argv = [f"--model={encoder}", "--n=64", "--scales=1,3", "--eps=0,0.4", "--a_t=0.6,0.7", "--seq_len=8",
                      "--batch_size=4", f"--output_dir={root}/synbench"]
     step("synbench", synbench.main, synbench_argv)
     store._BROADCAST_CHUNK = 1 << 16  # the rerun loads its cache in several broadcasts
@@ -92,10 +93,10 @@ def _env(devices: int, **extra) -> dict:
     return env
 
 
-def _start(out_dir, env, log_prefix):
+def _start(out_dir, models, env, log_prefix):
     stdout, stderr = open(f"{log_prefix}.out", "w"), open(f"{log_prefix}.err", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-c", DRIVER, str(out_dir)], cwd=REPO, env=env, stdout=stdout, stderr=stderr
+        [sys.executable, "-c", DRIVER, str(out_dir), *models], cwd=REPO, env=env, stdout=stdout, stderr=stderr
     )
     return proc, log_prefix
 
@@ -155,12 +156,14 @@ SUMMARIES = ("== BYOD", "SynTextBench score", "SynBench-Score", "results in")
 
 
 @pytest.mark.slow
-def test_two_processes_match_one_process_and_only_process_0_writes(tmp_path):
+def test_two_processes_match_one_process_and_only_process_0_writes(tmp_path, tiny_smollm2_dir, tiny_minilm_dir):
     port = _free_port()
-    single = _start(tmp_path / "one", _env(4), str(tmp_path / "one"))
+    models = (tiny_smollm2_dir, tiny_minilm_dir)
+    single = _start(tmp_path / "one", models, _env(4), str(tmp_path / "one"))
     multi = [
         _start(
             tmp_path / "two",
+            models,
             _env(2, JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(i)),
             str(tmp_path / f"two-p{i}"),
         )

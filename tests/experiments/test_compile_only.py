@@ -63,11 +63,13 @@ def _report(path) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("model", "extra"), [("minilm-l6", []), ("smollm2-135m", ["--icl_examples=4"])])
-def test_compile_only_compiles_every_step_the_run_runs(model, extra, tmp_path, monkeypatch):
+@pytest.mark.parametrize(("model", "extra"), [("minilm-l6", []), ("tiny_smollm2_dir", ["--icl_examples=4"])])
+def test_compile_only_compiles_every_step_the_run_runs(model, extra, tmp_path, monkeypatch, request):
     """The same command run for real and compiled only (this host's CPU): the same steps at the same
-    shapes, called as often; the compile-only run writes its report and no embedding cache."""
-    argv = [f"--model={model}", *SMALL, *extra]
+    shapes, called as often; the compile-only run writes its report and no embedding cache. (The decoder:
+    a tiny random SmolLM2 with its tokenizer, so the run's batch geometry.)"""
+    model_path = request.getfixturevalue(model) if model.startswith("tiny") else model
+    argv = [f"--model={model_path}", *SMALL, *extra]
     ran = _real_run(monkeypatch, [*argv, f"--output_dir={tmp_path}/run"])
     syntextbench.main([*argv, "--compile_only", f"--output_dir={tmp_path}/aot"])
     report = _report(tmp_path / "aot" / "results.json")
@@ -109,10 +111,10 @@ def test_a_geometry_that_does_not_fit_is_reported_and_named(tmp_path, capsys):
 
 
 @needs_libtpu
-def test_syntextbench_compiles_for_v5e_8(tmp_path, capsys):
-    """minilm-l6 for a v5e-8 from this host: the TPU compiler's memory and cost per step, bf16, 8 rows
+def test_syntextbench_compiles_for_v5e_8(tmp_path, capsys, tiny_minilm_dir):
+    """(Tiny) MiniLM for a v5e-8 from this host: the TPU compiler's memory and cost per step, bf16, 8 rows
     per batch on 8 data shards; the table labels its times as estimates."""
-    syntextbench.main(["--model=minilm-l6", "--lexicon=afinn", "--n=200", "--levels=0", "--no_baselines",
+    syntextbench.main([f"--model={tiny_minilm_dir}", "--lexicon=afinn", "--n=200", "--levels=0", "--no_baselines",
                        "--batch_size=1", "--target=v5e-8", "--compile_only", f"--output_dir={tmp_path}"])
     report = _report(tmp_path / "results.json")
     assert (report["target"], report["platform"], report["devices"], report["dtype"]) == ("v5e-8", "tpu", 8,
@@ -164,17 +166,17 @@ def test_a_front_end_without_target_names_those_with_it(capsys):
     assert re.search(r"^error: --target compiles a model's steps .* has no such flag: .*lmprobe syntextbench", err)
 
 
-def test_synbench_compiles_embed_inputs_for_every_batch(tmp_path):
+def test_synbench_compiles_embed_inputs_for_every_batch(tmp_path, tiny_minilm_dir):
     """SynBench's language model: Scorer.embed_inputs of every Gaussian batch of every scale, split and
     --input_scales factor (2 x 2 x 2 x 3 batches of 16, the last one cut short and padded), at
     [batch_size, seq_len, hidden]; no embedding moments computed, no representation cached."""
     from experiments import synbench
 
-    synbench.main(["--model=minilm-l6", "--n=40", "--scales=1,5", "--eps=0", "--a_t=0.7", "--batch_size=16",
+    synbench.main([f"--model={tiny_minilm_dir}", "--n=40", "--scales=1,5", "--eps=0", "--a_t=0.7", "--batch_size=16",
                    "--seq_len=4", "--input_scales=1,2", "--compile_only", f"--output_dir={tmp_path}"])
     report = _report(tmp_path / "results.json")
     (step,) = report["steps"]
-    assert (step["step"], step["shapes"], step["calls"]) == ("embed_inputs", ["float32[16,4,384]", "int32[16,4]"], 24)
+    assert (step["step"], step["shapes"], step["calls"]) == ("embed_inputs", ["float32[16,4,64]", "int32[16,4]"], 24)
     assert step["static"]["pooling"] == "first_last_avg" and step["static"]["continuous"] is True
     assert report["compile_only"] and any("not compiled: the embedding moments" in n for n in report["notes"])
     assert not (tmp_path / "cache").exists()
@@ -212,17 +214,16 @@ def test_mstemp_compiles_each_models_generation_and_scoring(tmp_path):
     assert any("no sample is generated" in n for n in report["models"]["minilm-l6"]["notes"])
 
 
-@pytest.mark.slow
-def test_scope_compiles_the_reference_and_each_model(tmp_path):
+def test_scope_compiles_the_reference_and_each_model(tmp_path, tiny_smollm2_dir):
     """SCoPE: the reference's and each model's (--model) zero-shot steps (label words '0' and '1': next-token
     or answer scoring) over the base texts and the search's perturbations, a report each in one results.json."""
     from experiments import scope
 
-    scope.main(["--reference=smollm2-135m", "--model=smollm2-135m@bf16", _labelled(tmp_path), "--max_examples=2",
-                "--batch_size=2", "--trials=1", "--capability=typo", "--bootstrap=0", "--compile_only",
-                f"--output_dir={tmp_path}"])
+    scope.main([f"--reference={tiny_smollm2_dir}", f"--model={tiny_smollm2_dir}@bf16", _labelled(tmp_path),
+                "--max_examples=2", "--batch_size=2", "--trials=1", "--capability=typo", "--bootstrap=0",
+                "--compile_only", f"--output_dir={tmp_path}"])
     report = _report(tmp_path / "results.json")
-    assert list(report["models"]) == ["smollm2-135m", "smollm2-135m@bf16"] and report["fits"] is None
+    assert list(report["models"]) == [tiny_smollm2_dir, f"{tiny_smollm2_dir}@bf16"] and report["fits"] is None
     for name, model in report["models"].items():
         assert model["steps"] and {s["step"] for s in model["steps"]} <= {"scope_next_token", "score"}, name
     reference, target = (sum(s["calls"] for s in m["steps"]) for m in report["models"].values())
@@ -247,11 +248,11 @@ def test_scope_old_target_flag_and_trained_heads_are_one_line(argv, says, tmp_pa
 
 
 @needs_libtpu
-def test_synbench_compiles_for_v5e_8(tmp_path):
-    """minilm-l6's embed_inputs for a v5e-8: 8 rows on 8 data shards, bf16, the TPU compiler's verdict and cost."""
+def test_synbench_compiles_for_v5e_8(tmp_path, tiny_minilm_dir):
+    """(Tiny) MiniLM's embed_inputs for a v5e-8: 8 rows on 8 data shards, bf16, the TPU compiler's verdict and cost."""
     from experiments import synbench
 
-    synbench.main(["--model=minilm-l6", "--n=16", "--scales=1", "--eps=0", "--a_t=0.7", "--batch_size=1",
+    synbench.main([f"--model={tiny_minilm_dir}", "--n=16", "--scales=1", "--eps=0", "--a_t=0.7", "--batch_size=1",
                    "--seq_len=4", "--target=v5e-8", "--compile_only", f"--output_dir={tmp_path}"])
     report = _report(tmp_path / "results.json")
     assert (report["target"], report["devices"], report["dtype"], report["fits"]) == ("v5e-8", 8, "bfloat16", True)
