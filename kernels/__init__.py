@@ -54,8 +54,11 @@ from kernels.moments import (
     class_means,
     class_moments,
     descending_eigh,
+    in_sequence,
+    in_sequence_on_tpu,
     numerical_support,
     pooled_covariance,
+    symmetric_eigh,
 )
 from kernels.robust import (
     RobustDirection,
@@ -107,6 +110,8 @@ __all__ = [
     "expected_scaled_bound",
     "fit_class_whitening",
     "fit_gaussian_classes",
+    "in_sequence",
+    "in_sequence_on_tpu",
     "gaussian_accuracy",
     "imbalanced_accuracy",
     "imbalanced_expected_scaled_bound",
@@ -125,6 +130,7 @@ __all__ = [
     "summarize_margins",
     "synbench_accuracy_bound",
     "synbench_score",
+    "symmetric_eigh",
     "syntextbench_accuracy_margin",
     "syntextbench_score",
     "threshold_curve",

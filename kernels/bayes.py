@@ -27,6 +27,7 @@ import jax.numpy as jnp
 from kernels.moments import (
     class_moments,
     descending_eigh,
+    in_sequence_on_tpu,
     numerical_support,
     pooled_covariance,
 )
@@ -132,12 +133,15 @@ def syntextbench_accuracy_margin(
     accuracy and the mean scaled margin |(z_hat - c)^T mu| / ||mu||^2 over correctly
     classified test samples (line 7). z_*: [..., n, d], labels_*: [..., n] in {+1, -1, 0}.
     """
-    params = fit_class_whitening(z_train, labels_train, energy=energy, rtol=rtol)
-    z_hat = apply_class_whitening(params, z_test, labels_test)
-    mu_1, mu_2 = params.centres[..., 0, :], params.centres[..., 1, :]
-    mean_diff = 0.5 * (mu_1 - mu_2)
-    margins = linear_margins(z_hat, labels_test, 0.5 * (mu_1 + mu_2), mean_diff, mean_diff)
-    return summarize_margins(margins, labels_test)
+    def tasks(z_train, labels_train, z_test, labels_test):
+        params = fit_class_whitening(z_train, labels_train, energy=energy, rtol=rtol)
+        z_hat = apply_class_whitening(params, z_test, labels_test)
+        mu_1, mu_2 = params.centres[..., 0, :], params.centres[..., 1, :]
+        mean_diff = 0.5 * (mu_1 - mu_2)
+        margins = linear_margins(z_hat, labels_test, 0.5 * (mu_1 + mu_2), mean_diff, mean_diff)
+        return summarize_margins(margins, labels_test)
+
+    return in_sequence_on_tpu(tasks, z_train, labels_train, z_test, labels_test, task_axes=z_train.ndim - 2)
 
 
 # --------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ leading axis. Class index 0 is y = +1, class index 1 is y = -1.
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -65,13 +66,47 @@ def pooled_covariance(moments: ClassMoments) -> jax.Array:
     return jnp.einsum("...c,...cij->...ij", dof, moments.covariances) / total[..., None, None]
 
 
+def symmetric_eigh(x: jax.Array, vectors: bool = True):
+    """(eigvals ascending [..., d], eigvecs [..., d, d] as columns) of symmetric matrices [..., d, d];
+    the eigenvalues alone when not ``vectors``.
+
+    On TPU by Jacobi rotations: jax's TPU default (QDWH divide and conquer) makes a program that
+    libtpu takes minutes to compile at d = 512 and far longer at a large model's width
+    (docs/performance.md); elsewhere jnp.linalg.eigh / eigvalsh (LAPACK on CPU).
+    """
+    def jacobi(x):
+        eigvecs, eigvals = jax.lax.linalg.eigh(x, implementation=jax.lax.linalg.EighImplementation.JACOBI)
+        return (eigvals, eigvecs) if vectors else eigvals
+
+    def lapack(x):
+        return tuple(jnp.linalg.eigh(x)) if vectors else jnp.linalg.eigvalsh(x)
+
+    return jax.lax.platform_dependent(x, tpu=jacobi, default=lapack)
+
+
+def in_sequence(fn, *arrays, task_axes: int):
+    """``fn(*arrays)`` one task at a time (lax.map) over the ``task_axes`` leading axes every array shares;
+    ``fn`` takes any leading axes. A task's temporaries, not all tasks' at once."""
+    lead = arrays[0].shape[:task_axes]
+    flat = [a.reshape((-1, *a.shape[task_axes:])) for a in arrays]
+    out = jax.lax.map(lambda task: fn(*task), flat)
+    return jax.tree.map(lambda o: o.reshape((*lead, *o.shape[1:])), out)
+
+
+def in_sequence_on_tpu(fn, *arrays, task_axes: int):
+    """``fn(*arrays)``, one task at a time on TPU (``in_sequence``: a chip holds one task's d x d
+    eigen-decompositions of a large model's width, not all tasks'), all at once elsewhere."""
+    return jax.lax.platform_dependent(*arrays, tpu=functools.partial(in_sequence, fn, task_axes=task_axes),
+                                      default=fn)
+
+
 def descending_eigh(cov: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Eigen-decomposition of symmetric PSD matrices [..., d, d], largest eigenvalue first.
 
     For a symmetric PSD matrix this is its SVD F S F^T; round-off negatives are set to 0.
     Returns (eigvals [..., d], eigvecs [..., d, d] with eigenvectors as columns).
     """
-    eigvals, eigvecs = jnp.linalg.eigh(cov)
+    eigvals, eigvecs = symmetric_eigh(cov)
     return jnp.maximum(eigvals[..., ::-1], 0.0), eigvecs[..., ::-1]
 
 

@@ -25,6 +25,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from kernels.moments import symmetric_eigh
+
 
 class RobustDirection(NamedTuple):
     weight: jax.Array  # [..., d]  w = Sigma^{-1} (mu - z_Sigma)
@@ -179,7 +181,7 @@ def robust_direction_lp(
     mean_diff = jnp.asarray(mean_diff, jnp.float32)
     precision = jnp.asarray(precision, jnp.float32)
     epsilon = jnp.asarray(epsilon, jnp.float32)
-    lipschitz = 2.0 * jnp.linalg.eigvalsh(precision)[..., -1]
+    lipschitz = 2.0 * symmetric_eigh(precision, vectors=False)[..., -1]
     fn = jnp.vectorize(
         functools.partial(_robust_lp, p=p, relative_epsilon=relative_epsilon, num_iters=num_iters),
         signature="(d),(d,d),(),()->(d),(d),()",

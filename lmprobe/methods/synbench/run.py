@@ -57,7 +57,7 @@ def _within_class_basis(z, labels):
     where the span has fewer dimensions), from the n x n Gram matrix."""
     means = kernels.class_means(z, labels)
     centred = z - jnp.where((labels > 0)[:, None], means[0], means[1]) * (labels != 0)[:, None]
-    vals, vecs = jnp.linalg.eigh(centred @ centred.T)
+    vals, vecs = kernels.symmetric_eigh(centred @ centred.T)
     keep = vals > vals[-1] * z.shape[0] * float(jnp.finfo(jnp.float32).eps)
     return jnp.where(keep, (centred.T @ vecs) / jnp.sqrt(jnp.where(keep, vals, 1.0)), 0.0)
 
