@@ -158,8 +158,8 @@ def _compile_only(run: cli.Run, args, configs, trial_tasks, run_dir: str) -> Non
         for config, tasks in zip(configs, trial_tasks, strict=True):
             syntextbench.engine_queries(scorer, tasks, config, model_name=name, progress=progress)
 
-    notes = ["not compiled: the classifier and score kernels and the loss-data baselines on the embeddings "
-             "(host-sized programs on one device)"]
+    notes = ["the scoring kernels and the loss-data baselines are compiled for one device, where a run puts them "
+             "(its process's default device); no hand count of their useful FLOPs, so no estimate in the total"]
     if configs[0].generator:
         notes.append(f"not compiled: --generator={configs[0].generator}'s generation (A.2): its prompts' "
                      "lengths come from its own output")

@@ -25,11 +25,13 @@ import math
 import os
 import re
 import time
+import zlib
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from lmprobe import log as _log
 from lmprobe.engine.mesh import DATA, MODEL, batch_sharding, make_mesh, replicated
@@ -71,6 +73,7 @@ class CompiledStep:
     shapes: list[str]  # 'int32[128,32]' per array argument
     calls: int
     memory: StepMemory | None
+    model_step: bool = True  # False: a method's own program (Runner.program), no hand count of useful FLOPs
 
     def fits(self, hbm: int | None) -> bool | None:
         m = self.memory
@@ -82,12 +85,12 @@ class CompiledStep:
     def seconds(self) -> float | None:
         """The cost model's estimate of one call (None: no target, or a count not trusted)."""
         c = self.memory.cost if self.memory is not None else None
-        return c.seconds if c is not None and 0.5 < c.overhead < 2 else None
+        return c.seconds if c is not None and self.model_step and 0.5 < c.overhead < 2 else None
 
     def to_dict(self, hbm: int | None) -> dict:
         out = {"step": self.name, "static": {k: repr(v) if not isinstance(v, int | float | str | bool | None)
                                              else v for k, v in self.static.items()},
-               "shapes": self.shapes, "calls": self.calls, "fits": self.fits(hbm)}
+               "shapes": self.shapes, "calls": self.calls, "fits": self.fits(hbm), "model_step": self.model_step}
         m = self.memory
         if m is not None:
             out.update(rows_per_device=m.rows, global_rows=m.global_rows, length=m.length,
@@ -95,7 +98,9 @@ class CompiledStep:
                        argument_bytes=m.argument_bytes, output_bytes=m.output_bytes, temp_bytes=m.temp_bytes,
                        peak_bytes=m.peak_bytes)
             if m.cost is not None:
-                out["cost"] = {**dataclasses.asdict(m.cost), "overhead": m.cost.overhead, "mfu": m.cost.mfu,
+                counted = self.model_step
+                out["cost"] = {**dataclasses.asdict(m.cost), "overhead": m.cost.overhead if counted else None,
+                               "mfu": m.cost.mfu if counted else None,
                                "estimate": "the TPU cost model's estimate, not a measurement"}
                 out["estimated_seconds"] = self.seconds
                 out["estimated_total_seconds"] = None if self.seconds is None else self.seconds * self.calls
@@ -148,28 +153,51 @@ class CompileOnlyRunner(Runner):
         """Zeros of ``step``'s outputs for ``args``; the step compiled the first time these shapes come."""
         args = tuple(self._abstract(a) for a in args)
         arrays = [a for a in args if a is not None]
-        shapes = [f"{jnp.dtype(a.dtype).name}[{','.join(map(str, a.shape))}]" for a in arrays]
-        key = (step.name, repr(sorted(step.static.items())), tuple(shapes))
+        key = (step.name, repr(sorted(step.static.items())), tuple(_shapes(arrays)))
         if key not in self.compiled:
-            lowered = step.jitted.lower(step.state, *args)
             first = arrays[0] if arrays else None
             rows, length = (first.shape[0], first.shape[1]) if first is not None and len(first.shape) >= 2 else (
                 (first.shape[0], 1) if first is not None and first.shape else (1, 1))
-            data = self.data_parallel
-            cache = jax.config.jax_enable_compilation_cache
-            if self.planner.target is not None:  # libtpu's compile-only client cannot read back cached programs
-                jax.config.update("jax_enable_compilation_cache", False)
-            try:
-                memory = self.planner.compiled(lowered, self.mesh, max(1, rows // data), length, global_rows=rows,
-                                               head=step.name not in NO_HEAD)
-            finally:
-                jax.config.update("jax_enable_compilation_cache", cache)
-            zeros = jax.tree.map(lambda o: np.zeros(o.shape, o.dtype), lowered.out_info)
-            self.compiled[key] = (CompiledStep(step.name, step.static, shapes, 0, memory), zeros)
-            took = "" if memory is None else f" in {memory.compile_seconds:.1f} s"
-            log.info(f"compiled {step.name} {' '.join(shapes)}{took}"
-                     + (": DOES NOT FIT (the compiler ran out of memory)" if memory is not None and memory.exhausted
-                        else ""))
+            self._record(key, step.name, step.static, lambda: step.jitted.lower(step.state, *args), self.mesh,
+                         max(1, rows // self.data_parallel), length, global_rows=rows,
+                         head=step.name not in NO_HEAD)
+        return self._counted(key)
+
+    def program(self, name: str, fn, *args, **static):
+        """Zeros of ``fn``'s outputs; ``fn`` compiled the first time these shapes come, for one device
+        of the mesh (where a run's host-sized programs go: its process's default device). Its cost has
+        no hand count of useful FLOPs, so no estimate enters the run's total."""
+        one = NamedSharding(Mesh(np.array(list(self.mesh.devices.flat)[:1]), ("one",)), PartitionSpec())
+        args = jax.tree.map(lambda a: a if isinstance(a, int | float | bool) else
+                            jax.ShapeDtypeStruct(np.shape(a), a.dtype, sharding=one), args)
+        leaves = [a for a in jax.tree.leaves(args) if isinstance(a, jax.ShapeDtypeStruct)]
+        jitted = fn if hasattr(fn, "lower") else jax.jit(fn, static_argnames=tuple(static))
+        lowered = jitted.lower(*args, **static)  # Python scalars may be static: the program itself is the key
+        key = (name, repr(sorted(static.items())), tuple(_shapes(leaves)), zlib.crc32(lowered.as_text().encode()))
+        if key not in self.compiled:
+            self._record(key, name, static, lambda: lowered, one.mesh, 1, 1, global_rows=1, model=False)
+        return self._counted(key)
+
+    def _record(self, key, name: str, static: dict, lower, mesh, rows: int, length: int, **how) -> None:
+        """``lower()`` compiled through the plan's path (its memory and, on a target, cost), kept under ``key``
+        with zeros of its outputs."""
+        lowered = lower()
+        cache = jax.config.jax_enable_compilation_cache
+        if self.planner.target is not None:  # libtpu's compile-only client cannot read back cached programs
+            jax.config.update("jax_enable_compilation_cache", False)
+        try:
+            memory = self.planner.compiled(lowered, mesh, rows, length, **how)
+        finally:
+            jax.config.update("jax_enable_compilation_cache", cache)
+        zeros = jax.tree.map(lambda o: np.zeros(o.shape, o.dtype), lowered.out_info)
+        self.compiled[key] = (CompiledStep(name, dict(static), list(key[2]), 0, memory, how.get("model", True)),
+                              zeros)
+        took = "" if memory is None else f" in {memory.compile_seconds:.1f} s"
+        log.info(f"compiled {name} {' '.join(key[2])}{took}"
+                 + (": DOES NOT FIT (the compiler ran out of memory)" if memory is not None and memory.exhausted
+                    else ""))
+
+    def _counted(self, key):
         entry, zeros = self.compiled[key]
         entry.calls += 1
         return zeros
@@ -180,6 +208,11 @@ class CompileOnlyRunner(Runner):
         a = np.asarray(a)
         sharding = replicated(self.mesh) if a.ndim == 0 else batch_sharding(self.mesh, a.ndim, self.data_axes)
         return jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding)
+
+
+def _shapes(arrays) -> list[str]:
+    """'int32[128,32]' per array."""
+    return [f"{jnp.dtype(a.dtype).name}[{','.join(map(str, a.shape))}]" for a in arrays]
 
 
 def tokenizer_for(name: str, *, offline: bool | None = None, revision: str | None = None):
@@ -266,8 +299,8 @@ class CompileReport:
 
     @property
     def untimed(self) -> list[CompiledStep]:
-        """Steps without a trusted estimate (compiled FLOPs far from the hand count)."""
-        return [s for s in self.steps if s.seconds is None]
+        """Model steps without a trusted estimate (compiled FLOPs far from the hand count)."""
+        return [s for s in self.steps if s.model_step and s.seconds is None]
 
     def to_dict(self) -> dict:
         d = {k: v for k, v in dataclasses.asdict(self).items() if k != "steps"}
@@ -305,7 +338,7 @@ class CompileReport:
                 f"{(m.compile_seconds if m else 0):>7.1f}s {g(m.temp_bytes if m else None):>11} "
                 f"{('OOM' if m and m.exhausted else g(m.peak_bytes if m else None)):>11} "
                 f"{'-' if fit is None else 'yes' if fit else 'NO':>4} "
-                f"{'-' if c is None else f'{c.overhead:.2f}x':>12} "
+                f"{'-' if c is None else 'n/a' if not s.model_step else f'{c.overhead:.2f}x':>12} "
                 f"{'-' if est is None else f'{est * 1e3:.3g}':>8} "
                 f"{'-' if est is None else f'{est * s.calls:.3g} s':>10}")
         lines += [f"  {name}#{i + 1}: {statics}" for name, kinds in variants.items() if len(kinds) > 1

@@ -400,11 +400,12 @@ class Planner:
         return jax.jit(traced, out_shardings=batch_sharding(mesh, 1)).lower(state, batch, batch)
 
     def compiled(self, lowered, mesh: Mesh, rows: int, length: int, *, head: bool | None = None,
-                 global_rows: int | None = None) -> StepMemory | None:
+                 global_rows: int | None = None, model: bool = True) -> StepMemory | None:
         """``lowered`` compiled for ``mesh``: the compiler's memory analysis per device (RESOURCE_EXHAUSTED:
         ``exhausted``, does not fit) and, for a target, the cost of ``rows`` per data shard x ``length``
-        (``head``: the step runs the LM head at every position; default: decoders do). None: the
-        backend gives no memory analysis. The plan's steps and compile-only runs (engine.aot) both come here."""
+        (``head``: the step runs the LM head at every position; default: decoders do; not ``model``: a
+        program that is no model step, so no hand count of useful FLOPs). None: the backend gives no
+        memory analysis. The plan's steps and compile-only runs (engine.aot) both come here."""
         global_rows = rows * mesh.shape[DATA] if global_rows is None else global_rows
         start = time.perf_counter()
         try:
@@ -421,7 +422,7 @@ class Planner:
             return None
         cost = None
         if self.target is not None:
-            cost = self.cost(compiled, global_rows, length, mesh.devices.size, head=head)
+            cost = self.cost(compiled, global_rows, length, mesh.devices.size, head=head, model=model)
         return StepMemory(rows, global_rows, length, int(m.argument_size_in_bytes), int(m.output_size_in_bytes),
                           int(m.temp_size_in_bytes), int(m.alias_size_in_bytes),
                           int(getattr(m, "generated_code_size_in_bytes", 0) or 0), seconds, cost=cost)
@@ -449,14 +450,16 @@ class Planner:
         pairs = length * (length + 1) if self.decoder else 2 * length * length  # causal: T(T+1)/2 query-key pairs
         return rows * (2.0 * (matmul + head) * length + 2.0 * attention * pairs)
 
-    def cost(self, compiled, rows: int, length: int, devices: int, head: bool | None = None) -> StepCost:
+    def cost(self, compiled, rows: int, length: int, devices: int, head: bool | None = None,
+             model: bool = True) -> StepCost:
         """The step's cost; with Pallas kernels in the program (attention), their FLOPs are the hand
-        count's attention, timed at the chip's peak."""
+        count's attention, timed at the chip's peak. Not ``model``: no useful FLOPs (no hand count)."""
         chip = self.target.chip
         program = program_cost(compiled.as_text(), peak_flops=chip.peak_flops, hbm_bandwidth=chip.hbm_bandwidth)
         raw = (compiled.cost_analysis() or {}).get("optimal_seconds")
-        useful = self.useful_flops(rows, length, head=head)
-        kernel = useful - self.useful_flops(rows, length, attention=False, head=head) if program.custom_calls else 0.0
+        useful = self.useful_flops(rows, length, head=head) if model else 0.0
+        kernel = (useful - self.useful_flops(rows, length, attention=False, head=head)
+                  if program.custom_calls and model else 0.0)
         seconds = program.seconds + kernel / devices / chip.peak_flops
         return StepCost(program.flops * devices, useful, program.bytes_accessed, program.collective_bytes, seconds,
                         raw, rows * length, chip.peak_flops, kernel_flops=kernel, devices=devices)

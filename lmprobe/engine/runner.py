@@ -135,6 +135,12 @@ class Runner:
             self._jitted[key] = jax.jit(traced, out_shardings=batch_sharding(self.mesh, 1, self.data_axes))
         return functools.partial(self._jitted[key], self.state)
 
+    def program(self, name: str, fn, *args, **static):
+        """``fn(*args, **static)``: a method's own jitted program on host-sized arrays (kernels on
+        embeddings, a probe's training), run where its arguments are (``run_here``); named so that a
+        compile-only runner (engine.aot) compiles it for one device instead."""
+        return run_here(name, fn, *args, **static)
+
     def put(self, *arrays) -> tuple:
         """Host arrays (the same on every host) onto the mesh, batch axis over ``data_axes``."""
         return tuple(jax.make_array_from_callback(np.shape(a), batch_sharding(self.mesh, np.ndim(a), self.data_axes),
@@ -195,6 +201,13 @@ class Runner:
         """Per-batch device outputs concatenated, row i taken from row ``source[i]``; left on device,
         replicated (every process can read it)."""
         return _rows_in_order(self.mesh)(outputs, source)
+
+
+def run_here(name: str, fn, *args, **static):
+    """``fn(*args, **static)``, as ``Runner.program`` runs a named program: the default ``program`` of
+    method code that may run without a Runner."""
+    del name
+    return fn(*args, **static)
 
 
 def _nbytes(tree) -> int:

@@ -44,6 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from lmprobe.engine.runner import run_here
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import no_progress
 from lmprobe.text import plural
@@ -134,12 +135,14 @@ def loss_data_curves(
     seed: int = 0,
     progress: Callable = no_progress,
     desc: str = "loss-data baselines",
+    program: Callable = run_here,
 ) -> LossDataResult:
     """Train the probe on every (size, seed) job at once and return the loss-data curve.
 
     x: [N, D] features (rows in random order), y: [N] integer labels (any values, >= 2
     classes). The last ``val_fraction`` of the rows (ceil) is the validation set. The training
-    steps go through ``progress`` (tqdm-like), _STEPS_PER_CALL at a time."""
+    steps go through ``progress`` (tqdm-like), _STEPS_PER_CALL at a time; the jitted programs through
+    ``program`` (a Scorer's ``runner.program``: compiled, not run, in a compile-only run)."""
     x, y, num_classes = _check_inputs(x, y, n_points, seeds, steps, batch_size, lr, hidden, val_fraction)
     n_train = int(math.floor((1.0 - val_fraction) * len(x) + 1e-9))
     sizes = training_sizes(n_train, n_points)
@@ -147,7 +150,7 @@ def loss_data_curves(
     job_sizes = np.repeat(sizes, seeds)
     job_keys = jnp.tile(seed_keys(seed, seeds), (len(sizes), 1))
     losses = train_jobs(job_keys, job_sizes, x[:n_train], y[:n_train], x[n_train:], y[n_train:], config,
-                        progress=progress, desc=desc)
+                        progress=progress, desc=desc, program=program)
     return LossDataResult(sizes, np.asarray(losses, np.float64).reshape(len(sizes), seeds),
                           n_train, len(x) - n_train, num_classes)
 
@@ -171,7 +174,7 @@ def seed_keys(seed: int, seeds: int) -> jax.Array:
 
 def train_jobs(
     keys, sizes, x_train, y_train, x_val, y_val, config: ProbeConfig, *, batched: bool = True,
-    progress: Callable = no_progress, desc: str = "loss-data baselines",
+    progress: Callable = no_progress, desc: str = "loss-data baselines", program: Callable = run_here,
 ) -> np.ndarray:
     """Validation loss (nats) of each job j = (keys[j], sizes[j]) after ``config.steps`` steps.
 
@@ -185,19 +188,20 @@ def train_jobs(
     if not batched:
         return np.array([_run(fns, keys[j], sizes[j], x_train, y_train, val, config)
                          for j in range(len(sizes))])
-    return np.asarray(_run(fns, keys, sizes, x_train, y_train, val, config, progress, desc))
+    return np.asarray(_run(fns, keys, sizes, x_train, y_train, val, config, progress, desc, program))
 
 
-def _run(fns, keys, sizes, x_train, y_train, val, config, progress=no_progress, desc=""):
+def _run(fns, keys, sizes, x_train, y_train, val, config, progress=no_progress, desc="", program=run_here):
     """Init, ``config.steps`` Adam steps in calls of at most _STEPS_PER_CALL, validation loss."""
-    init_keys, data_keys = fns.split(keys)
-    params, opt_state = fns.init(init_keys)
+    init_keys, data_keys = program("probe_keys", fns.split, keys)
+    params, opt_state = program("probe_init", fns.init, init_keys)
     starts = range(0, config.steps, _STEPS_PER_CALL)
     for start in progress(starts, desc=f"{desc} ({plural(config.steps, 'step')})", total=len(starts)):
         count = min(_STEPS_PER_CALL, config.steps - start)
-        params, opt_state = fns.train(params, opt_state, sizes, data_keys, x_train, y_train, start, count)
+        params, opt_state = program("probe_train", fns.train, params, opt_state, sizes, data_keys, x_train, y_train,
+                                    start, count)
         jax.block_until_ready(params)  # the bar follows the device, not the dispatch
-    return fns.val_loss(params, *val)
+    return program("probe_loss", fns.val_loss, params, *val)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -32,9 +32,10 @@ def _shape(a) -> str:
 
 
 def _real_run(monkeypatch, argv, main=syntextbench.main) -> collections.Counter:
-    """(step, argument shapes) -> calls, of every step a real run of ``argv`` executed."""
+    """(step, argument shapes) -> calls, of every step and program (Runner.program) a real run of ``argv``
+    executed."""
     seen = collections.Counter()
-    run = Runner.run
+    run, program = Runner.run, Runner.program
 
     def spy(self, step, calls, readback=None):
         calls = list(calls)
@@ -43,7 +44,12 @@ def _real_run(monkeypatch, argv, main=syntextbench.main) -> collections.Counter:
             seen[(name, tuple(_shape(a) for a in args if hasattr(a, "shape")))] += 1
         return run(self, step, calls, readback)
 
+    def program_spy(self, name, fn, *args, **static):
+        seen[(name, tuple(_shape(a) for a in jax.tree.leaves(args) if hasattr(a, "shape")))] += 1
+        return program(self, name, fn, *args, **static)
+
     monkeypatch.setattr(Runner, "run", spy)
+    monkeypatch.setattr(Runner, "program", program_spy)
     main(argv)
     monkeypatch.undo()
     return seen
@@ -73,9 +79,13 @@ def test_compile_only_compiles_every_step_the_run_runs(model, extra, tmp_path, m
     ran = _real_run(monkeypatch, [*argv, f"--output_dir={tmp_path}/run"])
     syntextbench.main([*argv, "--compile_only", f"--output_dir={tmp_path}/aot"])
     report = _report(tmp_path / "aot" / "results.json")
-    compiled = collections.Counter({(s["step"], tuple(s["shapes"])): s["calls"] for s in report["steps"]})
+    compiled = collections.Counter()
+    for s in report["steps"]:
+        compiled[(s["step"], tuple(s["shapes"]))] += s["calls"]
     assert compiled == ran
-    assert {name for name, _ in ran} == ({"embed"} if model == "minilm-l6" else {"embed", "score"})
+    kernels = {"accuracy_margin", "score"}  # SynTextBench's programs on the embeddings (one named as a step)
+    assert {name for name, _ in ran} == ({"embed"} | kernels if model == "minilm-l6" else {"embed", "score"} | kernels)
+    assert sum(not s["model_step"] for s in report["steps"]) == 2
     assert report["compile_only"] and report["fits"] is None  # CPU: no memory limit known
     assert all(s["peak_bytes"] > s["argument_bytes"] > 0 for s in report["steps"])
     assert not (tmp_path / "aot" / "cache").exists()
@@ -105,7 +115,8 @@ def test_a_geometry_that_does_not_fit_is_reported_and_named(tmp_path, capsys):
         syntextbench.main(["--model=minilm-l6", *SMALL, "--compile_only", "--hbm=16MiB", f"--output_dir={tmp_path}"])
     report = _report(tmp_path / "results.json")
     assert e.value.code == 2 and report["fits"] is False and report["hbm_bytes"] == 16 * 2**20
-    assert all(s["fits"] is False for s in report["steps"])  # fp32 parameters alone exceed 16 MiB a device
+    steps = [s for s in report["steps"] if s["model_step"]]  # the kernels on 200 embeddings fit
+    assert steps and all(s["fits"] is False for s in steps)  # fp32 parameters alone exceed 16 MiB a device
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]  # after the log lines
     assert len(err) == 1 and re.search(r"does not fit .* --batch_size, .*--target or --num_slices", err[0])
 
@@ -114,17 +125,25 @@ def test_a_geometry_that_does_not_fit_is_reported_and_named(tmp_path, capsys):
 def test_syntextbench_compiles_for_v5e_8(tmp_path, capsys, tiny_minilm_dir):
     """(Tiny) MiniLM for a v5e-8 from this host: the TPU compiler's memory and cost per step, bf16, 8 rows
     per batch on 8 data shards; the table labels its times as estimates."""
-    syntextbench.main([f"--model={tiny_minilm_dir}", "--lexicon=afinn", "--n=200", "--levels=0", "--no_baselines",
-                       "--batch_size=1", "--target=v5e-8", "--compile_only", f"--output_dir={tmp_path}"])
+    syntextbench.main([f"--model={tiny_minilm_dir}", "--lexicon=afinn", "--n=200", "--levels=0",
+                       "--baseline_level=0", "--baseline_steps=100", "--batch_size=1", "--target=v5e-8",
+                       "--compile_only", f"--output_dir={tmp_path}"])
     report = _report(tmp_path / "results.json")
     assert (report["target"], report["platform"], report["devices"], report["dtype"]) == ("v5e-8", "tpu", 8,
                                                                                          "bfloat16")
     assert report["fits"] is True and report["hbm_bytes"] == targets.target("v5e-8").chip.hbm_bytes
-    steps = report["steps"]
+    steps = [s for s in report["steps"] if s["model_step"]]
     assert steps and all(s["step"] == "embed" and s["global_rows"] == 8 and s["rows_per_device"] == 1 for s in steps)
     assert all(s["cost"]["useful_flops"] > 0 and s["compile_seconds"] > 0 for s in steps)
     assert report["estimated_seconds"] > 0
-    assert "ESTIMATE (TPU cost model, not measured)" in capsys.readouterr().out
+    # the scoring kernels and the baselines' probe training, on one chip, without an estimate
+    programs = {s["step"]: s for s in report["steps"] if not s["model_step"]}
+    assert set(programs) == {"accuracy_margin", "score", "probe_keys", "probe_init", "probe_train", "probe_loss"}
+    assert all(s["fits"] and s["peak_bytes"] > 0 and s["cost"]["overhead"] is None and "estimated_seconds" in s
+               and s["estimated_seconds"] is None for s in programs.values())
+    assert programs["accuracy_margin"]["shapes"][0] == "float32[1,180,64]"  # 1 level, 90% of 200, width 64
+    out = capsys.readouterr().out
+    assert "ESTIMATE (TPU cost model, not measured)" in out and "without an estimate" not in out
 
 
 @needs_libtpu
@@ -141,7 +160,8 @@ def test_a_batch_the_tpu_compiler_refuses_does_not_fit(tmp_path, capsys):
                            f"--output_dir={tmp_path}/out"])
     report = _report(tmp_path / "out" / "results.json")
     assert e.value.code == 2 and report["fits"] is False
-    assert report["steps"] and all(s["exhausted"] and s["fits"] is False for s in report["steps"])
+    steps = [s for s in report["steps"] if s["model_step"]]
+    assert steps and all(s["exhausted"] and s["fits"] is False for s in steps)
     assert any("tokenizer is not on this host" in n for n in report["notes"])
 
 

@@ -8,6 +8,7 @@ from scipy.stats import norm
 
 from experiments import syntextbench as front_end
 from lmprobe.data import sentence_stats, synthetic
+from lmprobe.engine.runner import run_here
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import loss_data, syntextbench
 from lmprobe.report import plots
@@ -21,6 +22,9 @@ class GaussianScorer:
 
     is_decoder = False
     truncated = 0
+
+    class runner:  # noqa: N801 -- a Scorer's runner, as far as SynTextBench asks: its programs run here
+        program = staticmethod(run_here)
 
     def __init__(self, tasks, s: float, d: int = 32, seed: int = 0):
         self.label = {t: y for pair in tasks.levels for split in pair for t, y in zip(split.sentences, split.labels)}

@@ -12,6 +12,7 @@ import numpy as np
 
 import kernels
 from lmprobe.data import lexicons, sentence_stats, synthetic
+from lmprobe.engine.runner import run_here
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import Ticker, icl, loss_data, model_key, no_progress
 from lmprobe.methods.syntextbench import generated as syntextbench_generated
@@ -195,7 +196,8 @@ def run(scorer, config: Config, *, model_name: str, cache_dir: str | None = None
                                         progress=progress)
 
     with stages("scoring"):
-        accuracy, margin, score, scores_by_a_t = level_scores(pairs, train, test, config)
+        accuracy, margin, score, scores_by_a_t = level_scores(pairs, train, test, config,
+                                                              program=scorer.runner.program)
     if on_score is not None:
         on_score(score, scores_by_a_t)
 
@@ -211,40 +213,49 @@ def run(scorer, config: Config, *, model_name: str, cache_dir: str | None = None
     baselines = {}
     if config.baselines:
         with stages("baselines", f"{model_name}: loss-data baselines"):
-            i = config.levels.index(config.baseline_level)
-            x = np.concatenate([train[i], test[i]])
-            y = np.concatenate([pairs[i][0].labels, pairs[i][1].labels]).astype(np.int32)
-            key = cache_key(embeddings=keys[i], steps=config.baseline_steps, seed=config.seed,
-                            version=CACHE_VERSION)
-            baselines = _maybe_cached_json(cache_dir, f"baselines-{key}", lambda: {
-                "p": config.baseline_level, **loss_data.loss_data_metrics(loss_data.loss_data_curves(
-                    x, y, steps=config.baseline_steps, seed=config.seed, progress=progress,
-                    desc=f"{model_name}: loss-data baselines"))})
+            baselines = _baselines(scorer, pairs, keys, train, test, config, model_name, cache_dir, progress)
     return Result(model_name, score, scores_by_a_t, levels, baselines, stages.seconds, config, tasks.source,
                   stages.cached)
 
 
+def _baselines(scorer, pairs, keys, train, test, config: Config, model_name: str, cache_dir, progress) -> dict:
+    """The loss-data baselines (Sec. 4) on config.baseline_level's embeddings, cached."""
+    i = config.levels.index(config.baseline_level)
+    x = np.concatenate([train[i], test[i]])
+    y = np.concatenate([pairs[i][0].labels, pairs[i][1].labels]).astype(np.int32)
+    key = cache_key(embeddings=keys[i], steps=config.baseline_steps, seed=config.seed, version=CACHE_VERSION)
+    return _maybe_cached_json(cache_dir, f"baselines-{key}", lambda: {
+        "p": config.baseline_level, **loss_data.loss_data_metrics(loss_data.loss_data_curves(
+            x, y, steps=config.baseline_steps, seed=config.seed, progress=progress,
+            desc=f"{model_name}: loss-data baselines", program=scorer.runner.program))})
+
+
 def engine_queries(scorer, tasks: Tasks, config: Config, *, model_name: str, progress: Callable = no_progress) -> None:
-    """Every engine query ``run`` asks of ``scorer`` on ``tasks``, uncached and in the same order (the
-    embeddings, then the in-context prompts of a decoder): what a compile-only Scorer compiles."""
+    """Every engine query and program ``run`` asks of ``scorer`` on ``tasks``, uncached and in the same
+    order (the embeddings, the scoring kernels, a decoder's in-context prompts, the loss-data
+    baselines): what a compile-only Scorer compiles."""
     pooling = config.pooling or default_pooling(scorer)
-    _embeddings(scorer, tasks.levels, pooling, model_name=model_name, cache_dir=None, progress=progress)
+    keys, train, test = _embeddings(scorer, tasks.levels, pooling, model_name=model_name, cache_dir=None,
+                                    progress=progress)
+    level_scores(tasks.levels, train, test, config, program=scorer.runner.program)
     if scorer.is_decoder and config.icl_examples:
         _icl(scorer, tasks.levels, config, model_name, None, progress)
+    if config.baselines:
+        _baselines(scorer, tasks.levels, keys, train, test, config, model_name, None, progress)
 
 
-def level_scores(pairs, train, test, config: Config):
+def level_scores(pairs, train, test, config: Config, *, program: Callable = run_here):
     """Alg. 1 lines 4-11 from the levels' (train, test) embeddings: per-level accuracy and mean
-    scaled margin (numpy), the score at config.a_t, and the scores at config.a_t_sweep."""
+    scaled margin (numpy), the score at config.a_t, and the scores at config.a_t_sweep; the kernels
+    through ``program`` (a Scorer's ``runner.program``: compiled, not run, in a compile-only run)."""
     y_train = np.stack([train_set.labels for train_set, _ in pairs]).astype(np.int32)
     y_test = np.stack([test_set.labels for _, test_set in pairs]).astype(np.int32)
-    summary = kernels.syntextbench_accuracy_margin(jnp.asarray(np.stack(train)), jnp.asarray(y_train),
-                                                   jnp.asarray(np.stack(test)), jnp.asarray(y_test),
-                                                   energy=config.energy)
+    summary = program("accuracy_margin", kernels.syntextbench_accuracy_margin, np.stack(train), y_train,
+                      np.stack(test), y_test, energy=config.energy)
     accuracy, margin = np.asarray(summary.accuracy), np.asarray(summary.mean_scaled_margin)
     thresholds = jnp.asarray((config.a_t, *config.a_t_sweep), jnp.float32)[:, None]
-    scores = np.asarray(kernels.syntextbench_score(jnp.asarray(accuracy), jnp.asarray(margin),
-                                                   thresholds)).reshape(-1)
+    scores = np.asarray(program("score", kernels.syntextbench_score, jnp.asarray(accuracy), jnp.asarray(margin),
+                                thresholds)).reshape(-1)
     return accuracy, margin, float(scores[0]), {f"{a:g}": float(v) for a, v in zip(config.a_t_sweep, scores[1:])}
 
 
