@@ -27,7 +27,7 @@ import time
 JOBS = {
     "smoke": ["smoke"],
     # both embedded models in one run: an encoder, a decoder with in-context accuracy, the baselines
-    "syntextbench": ["syntextbench", "--model=minilm-l6,smollm2-135m", "--n=200", "--levels=0,0.2",
+    "syntextbench": ["syntextbench", "--model=minilm-l6,smollm2-135m", "--n=200", "--levels=0.2",
                      "--baseline_steps=10", "--icl_examples=4"],
     "byod-decoder": ["byod", "--model=smollm2-135m", "--max_examples=8", "--examples=toxicity:4"],
     "scope-decoder": ["scope", "--reference=smollm2-135m", "--model=smollm2-135m@bf16", "--max_examples=4",
@@ -39,7 +39,7 @@ JOBS = {
     "mstemp-decoder": ["mstemp", "--model=smollm2-135m", "--evaluator=smollm2-135m", "--max_examples=4",
                        "--n_templates=1", "--m_samples=1", "--label_names=negative,positive"],
     "validate": ["validate", "--models=minilm-l6,minilm-l6@noise=0.05,minilm-l6@noise=0.1",
-                 "--proxies=syntextbench", "--tasks=probes", "--syntextbench_n=200", "--syntextbench_levels=0,0.5",
+                 "--proxies=syntextbench", "--tasks=probes", "--syntextbench_n=200", "--syntextbench_levels=0.5",
                  "--syntextbench_trials=1", "--probe_train=40", "--probe_test=30"],
     "train": ["train", "--preset=tiny"],
     "sweep": ["sweep", "--checkpoints={jobs}/train/checkpoints", "--methods=byod", "--byod_examples=8",
