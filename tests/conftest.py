@@ -1,6 +1,7 @@
 """Test session setup: CPU only, no network, fp32 matmuls; 8 virtual devices, of which a test's default
 mesh spans one unless the test is marked ``multi_device``; one compilation cache that every test shares;
-tiny random stand-ins of the embedded models (tiny_smollm2_dir, tiny_minilm_dir).
+tiny random stand-ins of the embedded models (tiny_smollm2_dir, tiny_minilm_dir); transformers' SmolLM2, the
+parity reference, kept between sessions (smollm2_reference).
 
 jax fixes its device count when the backend starts, so the 8 CPU devices exist for the whole session
 (tests that name devices, ``make_mesh(devices=jax.devices()[:2])``, get them). What differs per test
@@ -95,6 +96,16 @@ def tiny_smollm2_dir(tmp_path_factory) -> str:
     from tests.tiny_models import tiny_smollm2
 
     return tiny_smollm2(tmp_path_factory.mktemp("tiny_smollm2"))
+
+
+@pytest.fixture(scope="session")
+def smollm2_reference():
+    """(transformers' SmolLM2-135M from the embedded GGUF, fp32; its tokenizer): tests/references.py,
+    kept between sessions beside the compilation cache."""
+    pytest.importorskip("torch")
+    from tests.references import smollm2_transformers
+
+    return smollm2_transformers(os.path.join(os.path.dirname(CACHE), "tests-references"))
 
 
 @pytest.fixture(scope="session")

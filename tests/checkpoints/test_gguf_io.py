@@ -172,12 +172,8 @@ def test_name_table_agrees_with_gguf_package(smollm2):
 
 
 @pytest.fixture(scope="module")
-def transformers_smollm2():
-    torch = pytest.importorskip("torch")
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(SMOLLM2_DIR, gguf_file=SMOLLM2_FILE, dtype=torch.float32)
-    return {k: v.detach().numpy() for k, v in model.state_dict().items()}
+def transformers_smollm2(smollm2_reference):
+    return {k: v.detach().numpy() for k, v in smollm2_reference[0].state_dict().items()}
 
 
 @pytest.mark.slow
@@ -198,10 +194,8 @@ def test_every_tensor_matches_transformers_gguf_loader(smollm2, transformers_smo
 
 
 @pytest.mark.slow
-def test_config_matches_transformers(smollm2):
-    from transformers import AutoConfig
-
-    ref = AutoConfig.from_pretrained(SMOLLM2_DIR, gguf_file=SMOLLM2_FILE).to_dict()
+def test_config_matches_transformers(smollm2, smollm2_reference):
+    ref = smollm2_reference[0].config.to_dict()  # transformers' reading of the GGUF file (tests/references.py)
     ours = smollm2.config
     for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
                 "num_key_value_heads", "head_dim", "max_position_embeddings", "tie_word_embeddings",
@@ -212,11 +206,9 @@ def test_config_matches_transformers(smollm2):
 
 
 @pytest.mark.slow
-def test_tokenizer_matches_transformers_and_is_cached(smollm2):
-    from transformers import AutoTokenizer
-
+def test_tokenizer_matches_transformers_and_is_cached(smollm2, smollm2_reference):
     text = "The capital of France is"
-    ref = AutoTokenizer.from_pretrained(SMOLLM2_DIR, gguf_file=SMOLLM2_FILE)
+    ref = smollm2_reference[1]  # transformers' reading of the GGUF file (tests/references.py)
     first = smollm2.tokenizer()
     cache = os.path.join(os.environ["LMPROBE_CACHE"], "gguf-tokenizers")
     assert any(os.path.isfile(os.path.join(cache, d, "tokenizer.json")) for d in os.listdir(cache))
