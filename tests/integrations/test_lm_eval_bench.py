@@ -9,9 +9,11 @@ import pytest
 from experiments.bench import lm_eval as bench
 
 
-def test_benchmark_runs_both_backends_with_repeats(tmp_path, capsys):
+def test_benchmark_runs_both_backends_with_repeats(tmp_path, capsys, tiny_smollm2_dir):
+    """On a tiny random SmolLM2 (its tokenizer; both backends read its folder): the benchmark's plumbing,
+    not its figures."""
     path = tmp_path / "bench.json"
-    bench.main(["--rows=mc1", "--limit=2", "--repeats=2", f"--output={path}"])
+    bench.main(["--rows=mc1", "--limit=2", "--repeats=2", f"--model={tiny_smollm2_dir}", f"--output={path}"])
     (row,) = json.loads(path.read_text())["rows"]
     for side in ("lmprobe", "hf"):
         low, high = row[side]["range_s"]
