@@ -98,10 +98,11 @@ def build_parser():
     return p, method
 
 
-NOT_COMPILED = ("not compiled: the embedding moments of --inputs=embedding (model.embed over the vocabulary, "
-                "eager) and the Gaussian draws before the model; the Bayes classifiers and score kernels on the "
-                "representations, the robust probe's training and the loss-data baselines (host-sized programs "
-                "on one device)")
+NOT_COMPILED = ("the l2 Bayes classifiers on the representations and the loss-data baselines are compiled for one "
+                "device, where a run puts them (its process's default device), without an estimate; not compiled: "
+                "the embedding moments of --inputs=embedding (model.embed over the vocabulary, eager), the Gaussian "
+                "draws before the model, l_p budgets' classifiers (--norm other than 2), the score's small kernels "
+                "and the robust probe's training")
 
 
 def _compile_only(run: cli.Run, args, config, out: str) -> None:

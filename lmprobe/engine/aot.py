@@ -319,7 +319,7 @@ class CompileReport:
                  f"config {self.config})",
                  f"  parameters {g(self.param_bytes_per_device)} per device; batch_size {self.batch_size} rows per "
                  f"device; {len(self.steps)} step shape{'s' * (len(self.steps) != 1)} compiled in {self.seconds:.0f} s",
-                 f"  {'step':<12} {'arguments (global shapes)':<34} {'calls':>6} {'compile':>8} {'temp/dev':>11} "
+                 f"  {'step':<15} {'arguments (global shapes)':<34} {'calls':>6} {'compile':>8} {'temp/dev':>11} "
                  f"{'peak/dev':>11} {'fits':>4} {'FLOPs/useful':>12} {'est. ms':>8} {'est. total':>10}"]
         variants: dict[str, list[str]] = {}  # a step jitted with several statics: each its own label
         for s in self.steps:
@@ -334,7 +334,7 @@ class CompileReport:
             label = s.name if len(kinds) == 1 else (
                 f"{s.name}#{kinds.index(', '.join(f'{k}={v}' for k, v in sorted(s.static.items()))) + 1}")
             lines.append(
-                f"  {label:<12} {shapes if len(shapes) <= 34 else shapes[:31] + '...':<34} {s.calls:>6} "
+                f"  {label:<15} {shapes if len(shapes) <= 34 else shapes[:31] + '...':<34} {s.calls:>6} "
                 f"{(m.compile_seconds if m else 0):>7.1f}s {g(m.temp_bytes if m else None):>11} "
                 f"{('OOM' if m and m.exhausted else g(m.peak_bytes if m else None)):>11} "
                 f"{'-' if fit is None else 'yes' if fit else 'NO':>4} "

@@ -195,9 +195,15 @@ def test_synbench_compiles_embed_inputs_for_every_batch(tmp_path, tiny_minilm_di
     synbench.main([f"--model={tiny_minilm_dir}", "--n=40", "--scales=1,5", "--eps=0", "--a_t=0.7", "--batch_size=16",
                    "--seq_len=4", "--input_scales=1,2", "--compile_only", f"--output_dir={tmp_path}"])
     report = _report(tmp_path / "results.json")
-    (step,) = report["steps"]
+    (step,) = [s for s in report["steps"] if s["model_step"]]
     assert (step["step"], step["shapes"], step["calls"]) == ("embed_inputs", ["float32[16,4,64]", "int32[16,4]"], 24)
     assert step["static"]["pooling"] == "first_last_avg" and step["static"]["continuous"] is True
+    # the metric's programs per --input_scales factor: width 64 > n = 40, so in the within-class support first
+    programs = {s["step"]: (s["shapes"], s["calls"]) for s in report["steps"] if not s["model_step"]}
+    assert programs == {"support_basis": (["float32[2,40,64]", "int32[2,40]"], 2),
+                        "to_support": (["float32[2,40,64]", "float32[2,64,40]"], 4),  # train and test
+                        "accuracy_bound": (["float32[40,40]", "int32[40]", "float32[40,40]", "int32[40]",
+                                            "float32[1]"], 4)}  # per scale
     assert report["compile_only"] and any("not compiled: the embedding moments" in n for n in report["notes"])
     assert not (tmp_path / "cache").exists()
 
@@ -276,6 +282,6 @@ def test_synbench_compiles_for_v5e_8(tmp_path, tiny_minilm_dir):
                    "--seq_len=4", "--target=v5e-8", "--compile_only", f"--output_dir={tmp_path}"])
     report = _report(tmp_path / "results.json")
     assert (report["target"], report["devices"], report["dtype"], report["fits"]) == ("v5e-8", 8, "bfloat16", True)
-    (step,) = report["steps"]
+    (step,) = [s for s in report["steps"] if s["model_step"]]
     assert (step["step"], step["global_rows"], step["calls"]) == ("embed_inputs", 8, 2 * 2)  # 16 a split: 2 x 8
     assert step["cost"]["useful_flops"] > 0

@@ -16,6 +16,7 @@ from scipy import stats
 
 import kernels
 from lmprobe.data import gaussian
+from lmprobe.engine.runner import run_here
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import Ticker, loss_data, no_progress, robust_probe
 from lmprobe.methods.synbench.config import (
@@ -73,19 +74,20 @@ def check_representations(name: str, z: np.ndarray, scale: float) -> None:
                            "maps to the same vector): the model ignores its input, so SynBench is undefined")
 
 
-def representation_summary(z_train, y_train, z_test, y_test, config: Config) -> kernels.MarginSummary:
+def representation_summary(z_train, y_train, z_test, y_test, config: Config, *,
+                           program: Callable = run_here) -> kernels.MarginSummary:
     """Accuracy and mean scaled bound [S, E] of the eps-robust Bayes classifiers of the
-    representations z_* [S, n, k] (one task per scale), labels [S, n] in {+1, -1}."""
+    representations z_* [S, n, k] (one task per scale), labels [S, n] in {+1, -1}; the l2 path's
+    programs through ``program`` (a Scorer's ``runner.program``: compiled, not run, in a compile-only run)."""
     z_train, z_test = jnp.asarray(z_train, jnp.float32), jnp.asarray(z_test, jnp.float32)
     y_train, y_test = jnp.asarray(y_train, jnp.int32), jnp.asarray(y_test, jnp.int32)
     eps = jnp.asarray(config.epsilons, jnp.float32)
     if config.norm == 2:
         if z_train.shape[-1] > z_train.shape[-2]:  # wider than the sample: work in the support
-            basis = jax.vmap(_within_class_basis)(z_train, y_train)
-            z_train, z_test = z_train @ basis, z_test @ basis
-        out = [kernels.synbench_accuracy_bound(z_train[i], y_train[i], z_test[i], y_test[i], eps,
-                                               tau=config.prior, relative_epsilon=config.relative_epsilon,
-                                               eig_atol=0.0)
+            basis = program("support_basis", jax.vmap(_within_class_basis), z_train, y_train)
+            z_train, z_test = (program("to_support", jnp.matmul, z, basis) for z in (z_train, z_test))
+        out = [program("accuracy_bound", kernels.synbench_accuracy_bound, z_train[i], y_train[i], z_test[i],
+                       y_test[i], eps, tau=config.prior, relative_epsilon=config.relative_epsilon, eig_atol=0.0)
                for i in range(z_train.shape[0])]  # per scale: keeps [E, n, k] off the memory peak
         return kernels.MarginSummary(*(jnp.stack(parts) for parts in zip(*out)))
     if z_train.shape[-1] > z_train.shape[-2]:
@@ -348,22 +350,32 @@ def engine_queries(scorer, name: str, config: Config, *, seq_len: int = DEFAULT_
     """Every engine query ``run`` asks of a language model's ``scorer_representation`` (uncached, in order):
     Scorer.embed_inputs of each batch of Gaussian inputs of every (scale, split), then the robust probe's
     train and test inputs where it attacks the representation (``probe_attack="representation"``; an LM
-    has no input attack). What a compile-only Scorer compiles (lmprobe.engine.aot): the inputs are zeros
-    of the batches' shapes (their values choose no step), so neither the embedding moments (``model.embed``
-    over the vocabulary, eager) nor the Gaussian draws are computed."""
+    has no input attack); then the programs of the metric (the l2 Bayes classifiers; l_p's are not) and of the loss-data
+    baselines on representations of those shapes. What a compile-only Scorer compiles (lmprobe.engine.aot):
+    the inputs are zeros of the batches' shapes (their values choose no step), so neither the embedding
+    moments (``model.embed`` over the vocabulary, eager) nor the Gaussian draws are computed."""
     rep = scorer_representation(scorer, name, seq_len=seq_len, pooling=pooling, layer=layer, inputs="rms",
                                 input_scale=1.0)  # the same fn (pooling, layer) without the moments' weights
 
-    def queries(n: int) -> None:
+    def queries(n: int) -> int:
         for start in range(0, n, config.batch_size):  # gaussian.batches' batches: the last one cut short
-            rep.fn(np.zeros((min(config.batch_size, n - start), *rep.input_shape), np.float32))
+            width = np.shape(rep.fn(np.zeros((min(config.batch_size, n - start), *rep.input_shape), np.float32)))[-1]
+        return width
 
     for _scale in config.scales:
         for _split in ("train", "test"):
-            queries(config.n)
+            width = queries(config.n)
     if config.robust_probe and config.probe_attack == "representation":
         for _split in ("train", "test"):
             queries(config.probe_n or config.n)
+    # the Bayes classifiers' and the baselines' programs on representations of these shapes (labels alternate)
+    z = np.zeros((len(config.scales), config.n, width), np.float32)
+    y = np.broadcast_to(np.where(np.arange(config.n) % 2 == 0, 1, -1).astype(np.int32), z.shape[:2])
+    if config.norm == 2:
+        representation_summary(z, y, z, y, config, program=scorer.runner.program)
+    if config.baselines:
+        loss_data.loss_data_curves(z[0], y[0], steps=config.baseline_steps, seed=config.seed,
+                                   program=scorer.runner.program)
 
 
 def downstream_task(rep: Representation, config: Config) -> tuple[np.ndarray, ...]:
