@@ -170,6 +170,13 @@ def _refuse_unfit(name: str, report, path: str) -> None:
     """A model with a step that does not fit: one line naming the step and the flags that fix it."""
     if report.fits is False:
         bad = next(s for s in report.steps if s.fits(report.hbm_bytes) is False)
+        if not bad.model_step:  # a method's own program on one device: neither batch nor mesh changes it
+            raise LmprobeError(
+                f"{name}'s run does not fit {report.target or 'these devices'}: its {bad.name} program (on one "
+                f"device, as a run puts it) at {' '.join(bad.shapes)} needs more than the "
+                f"{report.hbm_bytes / 2**30:.2f} GiB of a device (report in {path}), whatever the batch or mesh: "
+                "give the method fewer samples (`n`) or levels, or leave out its loss-data baselines "
+                "(`baselines=False`)")
         raise LmprobeError(
             f"{name} does not fit {report.target or 'these devices'} at this geometry: its {bad.name} step at "
             f"{' '.join(bad.shapes)} needs more than the {report.hbm_bytes / 2**30:.2f} GiB of a device "

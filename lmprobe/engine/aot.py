@@ -93,8 +93,9 @@ class CompiledStep:
                "shapes": self.shapes, "calls": self.calls, "fits": self.fits(hbm), "model_step": self.model_step}
         m = self.memory
         if m is not None:
-            out.update(rows_per_device=m.rows, global_rows=m.global_rows, length=m.length,
-                       compile_seconds=round(m.compile_seconds, 3), exhausted=m.exhausted,
+            if self.model_step:  # a program's arguments are whatever it takes: no rows or length
+                out.update(rows_per_device=m.rows, global_rows=m.global_rows, length=m.length)
+            out.update(compile_seconds=round(m.compile_seconds, 3), exhausted=m.exhausted,
                        argument_bytes=m.argument_bytes, output_bytes=m.output_bytes, temp_bytes=m.temp_bytes,
                        peak_bytes=m.peak_bytes)
             if m.cost is not None:

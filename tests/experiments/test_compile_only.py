@@ -121,6 +121,22 @@ def test_a_geometry_that_does_not_fit_is_reported_and_named(tmp_path, capsys):
     assert len(err) == 1 and re.search(r"does not fit .* --batch_size, .*--target or --num_slices", err[0])
 
 
+def test_a_program_that_does_not_fit_names_the_sample_size(tmp_path, capsys, tiny_minilm_dir):
+    """The loss-data probes (50 jobs' Adam state, about 0.5 GiB) above --hbm while the tiny model's steps fit:
+    the one line names the program and what changes it (samples, levels, the baselines), not the batch or the
+    mesh, which do not."""
+    with pytest.raises(SystemExit) as e:
+        syntextbench.main([f"--model={tiny_minilm_dir}", "--lexicon=afinn", "--n=200", "--levels=0",
+                           "--baseline_level=0", "--baseline_steps=100", "--compile_only", "--hbm=128MiB",
+                           f"--output_dir={tmp_path}"])
+    report = _report(tmp_path / "results.json")
+    assert e.value.code == 2 and report["fits"] is False
+    assert all(s["fits"] for s in report["steps"] if s["model_step"])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert len(err) == 1 and re.search(r"its probe_\w+ program \(on one device.* fewer samples \(--n\) or levels, "
+                                       r"or leave out its loss-data baselines \(--no_baselines\)", err[0])
+
+
 @needs_libtpu
 def test_syntextbench_compiles_for_v5e_8(tmp_path, capsys, tiny_minilm_dir):
     """(Tiny) MiniLM for a v5e-8 from this host: the TPU compiler's memory and cost per step, bf16, 8 rows
