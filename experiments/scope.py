@@ -35,10 +35,11 @@ searches are cached in OUTPUT_DIR/cache, so a rerun resumes.
 
 Compile before you rent: --compile_only [--target=v5e-8] compiles every engine step the run would execute
 at its batch geometry, for the reference and each model (their zero-shot label-word or next-token
-log-probabilities over the base texts and the search's perturbations, with --matrix every pair's), and
-writes per model and step its shapes, calls, the compiler's memory per device and fit and the TPU cost
-model's estimate to OUTPUT_DIR/results.json, reading no weight and running nothing. Trained heads
-(--head=finetune, probe, checkpoint; auto for encoders) are trained or read outside the engine: refused.
+log-probabilities over the base texts and the search's perturbations, with --matrix every pair's; a
+trained head's training steps, --head=finetune or probe, then its scoring), and writes per model and step
+its shapes, calls, the compiler's memory per device and fit and the TPU cost model's estimate to
+OUTPUT_DIR/results.json, reading no weight and running nothing (--head=checkpoint, which reads one, is
+refused).
 
     python -m experiments.scope --reference=opt-13b --model=opt-13b@int8 --target=v5e-8 --compile_only
 """
@@ -165,16 +166,16 @@ NOT_COMPILED = ("not compiled: the search's and the metrics' own small programs 
 
 def _compile_only(run: cli.Run, args, config, train_config, train, test, out: str) -> None:
     """Every engine step of the run compiled (cli.compile_only_models): the reference and the models built
-    from compile-only Scorers and compared, uncached. A head trained or read outside the engine (fine-tuned,
-    probe, checkpoint) is refused in one line: neither its training nor the trained head's scoring compiles."""
+    from compile-only Scorers (a fine-tuned head's training steps on the model's mesh, a probe's on one
+    device, then the trained head's scoring) and compared, uncached. A head read from a checkpoint is refused
+    in one line: a compile-only run reads no weights."""
     def queries(scorer_for):
         def load(name):
             scorer = scorer_for(name)
-            head = scope_build.head_for(args.head, scorer)
-            if args.task == "classify" and head != "zero-shot":
-                raise LmprobeError(f"--compile_only compiles SCoPE's zero-shot and next-token steps, and {name}'s "
-                                   f"head ({head}) is trained or read outside the engine: pass --head=zero-shot "
-                                   "(decoders) or --task=lm, or drop --compile_only")
+            if args.task == "classify" and scope_build.head_for(args.head, scorer) == "checkpoint":
+                raise LmprobeError(f"--compile_only reads no weights, and {name}'s head is read from its checkpoint "
+                                   "(--head=checkpoint): pass --head=finetune to compile the fine-tuning of a "
+                                   "fresh head of its shape, or drop --compile_only")
             return scorer
 
         _scope(args, config, train_config, train, test, load, None)

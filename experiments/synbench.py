@@ -28,7 +28,8 @@ nats) on the cached representations of --baseline_scale.
 
 Compile before you rent (language models): --compile_only [--target=v5e-8] compiles every engine step
 the run would execute at its batch geometry (Scorer.embed_inputs of each batch of Gaussian inputs, every
-scale and split, every --input_scales factor; the robust probe's with --probe_attack=representation) and
+scale and split, every --input_scales factor; the robust probe's with --probe_attack=representation), then
+the method's own programs on one device (the Bayes classifiers, the baselines, the robust probe), and
 writes per step its shapes, calls, the compiler's memory per device and fit and the TPU cost model's
 estimate to OUTPUT_DIR/results.json, reading no weight and running nothing:
 
@@ -98,11 +99,11 @@ def build_parser():
     return p, method
 
 
-NOT_COMPILED = ("the l2 Bayes classifiers on the representations and the loss-data baselines are compiled for one "
-                "device, where a run puts them (its process's default device), without an estimate; not compiled: "
-                "the embedding moments of --inputs=embedding (model.embed over the vocabulary, eager), the Gaussian "
-                "draws before the model, l_p budgets' classifiers (--norm other than 2), the score's small kernels "
-                "and the robust probe's training")
+NOT_COMPILED = ("the eps-robust Bayes classifiers on the representations (l2 and l_p budgets), the loss-data "
+                "baselines and the robust probe's training and evaluation are compiled for one device, where a run "
+                "puts them (its process's default device), without an estimate; not compiled: the embedding moments "
+                "of --inputs=embedding (model.embed over the vocabulary, eager), the Gaussian draws before the "
+                "model and the score's small kernels")
 
 
 def _compile_only(run: cli.Run, args, config, out: str) -> None:

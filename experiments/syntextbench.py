@@ -18,7 +18,8 @@ words removed; the offline fortunes corpus stands in for the paper's English Wik
     python -m experiments.syntextbench --model=minilm-l6 --generator=smollm2-135m --n=256 --levels=0,0.4,0.8
 
 Compile before you rent: --compile_only compiles every engine step the run would execute (embeddings;
-decoders' in-context scoring), at the batch geometry it would use, for --target=v5e-8 (or another TPU
+decoders' in-context scoring; --generator's generation, reported in OUTPUT_DIR/generator), at the batch
+geometry it would use, for --target=v5e-8 (or another TPU
 slice, with libtpu's compiler on this host; without --target, this host's devices), and writes per
 step the shapes, calls, the compiler's memory per device and fit, and the TPU cost model's time
 estimate to OUTPUT_DIR/results.json. No weight is read and nothing runs:
@@ -28,6 +29,7 @@ estimate to OUTPUT_DIR/results.json. No weight is read and nothing runs:
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 import re
@@ -160,11 +162,22 @@ def _compile_only(run: cli.Run, args, configs, trial_tasks, run_dir: str) -> Non
 
     notes = ["the scoring kernels and the loss-data baselines are compiled for one device, where a run puts them "
              "(its process's default device); no hand count of their useful FLOPs, so no estimate in the total"]
-    if configs[0].generator:
-        notes.append(f"not compiled: --generator={configs[0].generator}'s generation (A.2): its prompts' "
-                     "lengths come from its own output")
+    generator = configs[0].generator
+    if generator:  # the generator's run first (its report in generator/), as a real run generates first
+        def generate(scorer, name):
+            for config, tasks in zip(configs, trial_tasks, strict=True):
+                syntextbench.generated_tasks(scorer, config, tasks, progress=progress)
+
+        cli.compile_only(run, argparse.Namespace(**{**vars(args), "model": [generator]}), generate, run_dir,
+                         notes=[GENERATION], out_for=lambda name: join(run_dir, "generator"))
+        notes.append(f"the models' steps are compiled on the LM-free sentences: the ones --generator={generator} "
+                     f"writes (A.2) come from its output, at most 1 + {configs[0].generator_max_tokens} tokens each")
     cli.compile_only(run, args, queries, run_dir, notes=notes,
                      out_for=lambda name: run_dir if len(args.model) == 1 else join(run_dir, _slug(name)))
+
+
+GENERATION = ("generate: the prefill and the KV-cached decoding loop per batch of starting tokens, at "
+              "--generator_max_tokens, each row constrained to its level's vocabulary (A.2), every level and trial")
 
 
 @main_guard

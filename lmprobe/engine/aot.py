@@ -144,8 +144,18 @@ class CompileOnlyRunner(Runner):
     def run(self, step, calls, readback=None) -> list:
         return [self.compile(step, args) for args in calls]
 
-    def fetch(self, outputs: list) -> list:
-        return outputs
+    def fetch(self, outputs):
+        """Zeros where an output is abstract (a ``mesh_program``'s); step outputs are zeros already."""
+        return jax.tree.map(lambda o: np.zeros(o.shape, o.dtype) if isinstance(o, jax.ShapeDtypeStruct) else o,
+                            outputs)
+
+    def replicate(self, x):
+        return jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=replicated(self.mesh))
+
+    def same_kind(self, runner: Runner) -> CompileOnlyRunner:
+        new = CompileOnlyRunner.of(runner, self.planner)
+        new.compiled = self.compiled  # one report: its steps are this model's run's
+        return new
 
     def in_order(self, outputs: list, source: np.ndarray):
         return jax.tree.map(lambda *parts: np.zeros((len(source), *parts[0].shape[1:]), parts[0].dtype), *outputs)
@@ -179,9 +189,32 @@ class CompileOnlyRunner(Runner):
             self._record(key, name, static, lambda: lowered, one.mesh, 1, 1, global_rows=1, model=False)
         return self._counted(key)
 
-    def _record(self, key, name: str, static: dict, lower, mesh, rows: int, length: int, **how) -> None:
+    def mesh_program(self, name: str, fn, *args):
+        """``fn``'s outputs, abstract (jax.ShapeDtypeStruct sharded as its ``out_shardings`` say, else
+        replicated; ``fetch`` reads them as zeros); ``fn`` compiled for the mesh, its arguments sharded as
+        given (host arrays replicated), the first time these shapes come."""
+        args = jax.tree.map(self._placed, args)
+        leaves = jax.tree.leaves(args)
+        key = (name, "", tuple(_shapes(leaves)))
+        if key not in self.compiled:
+            lowered = fn.lower(*args)
+            self._record(key, name, {}, lambda: lowered, self.mesh, 1, 1, global_rows=1, model=False,
+                         outputs=lambda o: jax.ShapeDtypeStruct(o.shape, o.dtype,
+                                                                sharding=o.sharding or replicated(self.mesh)))
+        return self._counted(key)
+
+    def _placed(self, a):
+        """``a`` abstract, where it is (its sharding), or replicated when it has none (a host array)."""
+        sharding = getattr(a, "sharding", None)
+        if not isinstance(a, jax.ShapeDtypeStruct | jax.Array) or sharding is None or (
+                isinstance(a, jax.Array) and not a.committed):
+            sharding = replicated(self.mesh)
+        return jax.ShapeDtypeStruct(np.shape(a), a.dtype, sharding=sharding)
+
+    def _record(self, key, name: str, static: dict, lower, mesh, rows: int, length: int,
+                outputs=lambda o: np.zeros(o.shape, o.dtype), **how) -> None:
         """``lower()`` compiled through the plan's path (its memory and, on a target, cost), kept under ``key``
-        with zeros of its outputs."""
+        with what calls get: ``outputs`` of each of its outputs' (abstract) leaves, zeros by default."""
         lowered = lower()
         cache = jax.config.jax_enable_compilation_cache
         if self.planner.target is not None:  # libtpu's compile-only client cannot read back cached programs
@@ -190,11 +223,11 @@ class CompileOnlyRunner(Runner):
             memory = self.planner.compiled(lowered, mesh, rows, length, **how)
         finally:
             jax.config.update("jax_enable_compilation_cache", cache)
-        zeros = jax.tree.map(lambda o: np.zeros(o.shape, o.dtype), lowered.out_info)
         self.compiled[key] = (CompiledStep(name, dict(static), list(key[2]), 0, memory, how.get("model", True)),
-                              zeros)
+                              jax.tree.map(outputs, lowered.out_info))
         took = "" if memory is None else f" in {memory.compile_seconds:.1f} s"
-        log.info(f"compiled {name} {' '.join(key[2])}{took}"
+        shapes = key[2] if len(key[2]) <= 4 else [*key[2][:4], f".. ({len(key[2])} arrays)"]
+        log.info(f"compiled {name} {' '.join(shapes)}{took}"
                  + (": DOES NOT FIT (the compiler ran out of memory)" if memory is not None and memory.exhausted
                     else ""))
 
@@ -315,12 +348,13 @@ class CompileReport:
         where = self.target or f"{self.devices} {self.platform} device(s)"
         mesh = " x ".join(f"{k}={v}" for k, v in self.mesh_shape.items())
         hbm = f"{g(self.hbm_bytes)} per device" if self.hbm_bytes else "no memory limit known (report only)"
+        width = max([15] + [len(s.name) + 3 for s in self.steps])  # room for a '#2' label
         lines = [f"compiled, not run: {self.model} for {where} ({self.devices} devices on {self.hosts} "
                  f"host{'s' * (self.hosts > 1)}; mesh {mesh}, sharding {self.strategy}, {self.dtype}; {hbm}; "
                  f"config {self.config})",
                  f"  parameters {g(self.param_bytes_per_device)} per device; batch_size {self.batch_size} rows per "
                  f"device; {len(self.steps)} step shape{'s' * (len(self.steps) != 1)} compiled in {self.seconds:.0f} s",
-                 f"  {'step':<15} {'arguments (global shapes)':<34} {'calls':>6} {'compile':>8} {'temp/dev':>11} "
+                 f"  {'step':<{width}} {'arguments (global shapes)':<34} {'calls':>6} {'compile':>8} {'temp/dev':>11} "
                  f"{'peak/dev':>11} {'fits':>4} {'FLOPs/useful':>12} {'est. ms':>8} {'est. total':>10}"]
         variants: dict[str, list[str]] = {}  # a step jitted with several statics: each its own label
         for s in self.steps:
@@ -335,7 +369,7 @@ class CompileReport:
             label = s.name if len(kinds) == 1 else (
                 f"{s.name}#{kinds.index(', '.join(f'{k}={v}' for k, v in sorted(s.static.items()))) + 1}")
             lines.append(
-                f"  {label:<15} {shapes if len(shapes) <= 34 else shapes[:31] + '...':<34} {s.calls:>6} "
+                f"  {label:<{width}} {shapes if len(shapes) <= 34 else shapes[:31] + '...':<34} {s.calls:>6} "
                 f"{(m.compile_seconds if m else 0):>7.1f}s {g(m.temp_bytes if m else None):>11} "
                 f"{('OOM' if m and m.exhausted else g(m.peak_bytes if m else None)):>11} "
                 f"{'-' if fit is None else 'yes' if fit else 'NO':>4} "

@@ -141,6 +141,22 @@ class Runner:
         compile-only runner (engine.aot) compiles it for one device instead."""
         return run_here(name, fn, *args, **static)
 
+    def mesh_program(self, name: str, fn, *args):
+        """``fn(*args)``: a method's own jitted program over arrays on the mesh (a training step on the
+        model's sharded parameters), run where its arguments are; named so that a compile-only runner
+        (engine.aot) compiles it for the whole mesh instead. Give ``fn`` the ``out_shardings`` its
+        outputs keep (a compile-only runner hands them on, abstract)."""
+        return run_here(name, fn, *args)
+
+    def replicate(self, x):
+        """``x`` (host-sized: a fresh head's weights) on every device of the mesh."""
+        return jax.device_put(x, replicated(self.mesh))
+
+    def same_kind(self, runner: Runner) -> Runner:
+        """``runner`` (of another model on this mesh: a head on this model) as this runner runs: as is
+        here; a compile-only runner makes it compile into its own report."""
+        return runner
+
     def put(self, *arrays) -> tuple:
         """Host arrays (the same on every host) onto the mesh, batch axis over ``data_axes``."""
         return tuple(jax.make_array_from_callback(np.shape(a), batch_sharding(self.mesh, np.ndim(a), self.data_axes),

@@ -229,6 +229,14 @@ class Scorer:
     def model(self) -> nnx.Module:
         return self.runner.model
 
+    def with_model(self, model: nnx.Module, identity: dict) -> Scorer:
+        """A Scorer of ``model`` (a task head on this scorer's model) with this one's tokenizer, mesh, batch
+        geometry and runner kind (a compile-only scorer's compiles into the same report)."""
+        scorer = Scorer(model, self.tokenizer, mesh=self.mesh, batch_size=self.batch_size, max_tokens=self.max_tokens,
+                        strategy=self.strategy, identity=identity, data_axes=self.runner.data_axes)
+        scorer.runner = self.runner.same_kind(scorer.runner)
+        return scorer
+
     def supports(self, capability: str) -> bool:
         """Whether the model's family has ``capability`` (a FALLBACKS key: 'packing', 'kv_cache');
         the first time it does not, the log says what the engine does instead."""

@@ -41,6 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from lmprobe.engine.runner import run_here
 from lmprobe.errors import LmprobeError
 
 PGD_STEP_RATIO = 0.2  # alpha / r, Torchattacks PGDL2 defaults
@@ -178,9 +179,11 @@ def attack_radius(x, labels, config: ProbeConfig) -> float:
 
 
 def train_robust_probe(z, labels, config: ProbeConfig = ProbeConfig(), *, encoder: Callable | None = None,
-                       encoder_params=None, radius: float | None = None) -> LinearProbe:
+                       encoder_params=None, radius: float | None = None, program: Callable = run_here) -> LinearProbe:
     """An eps-robust linear head on labelled inputs z [n, ...] through ``encoder`` (the
-    representations themselves without one). ``radius`` overrides the one of ``config.epsilon``."""
+    representations themselves without one). ``radius`` overrides the one of ``config.epsilon``; the
+    training program runs through ``program`` (a Scorer's ``runner.program``: compiled, not run, in a
+    compile-only run)."""
     config.check()
     x = np.asarray(z, np.float32)
     if len(x) != len(labels) or len(x) == 0 or not np.all(np.isfinite(x)):
@@ -193,15 +196,22 @@ def train_robust_probe(z, labels, config: ProbeConfig = ProbeConfig(), *, encode
     enc, eparams = _encoder(encoder, encoder_params)
     width = int(jax.eval_shape(enc, eparams, jax.ShapeDtypeStruct((1, *x.shape[1:]), jnp.float32)).shape[-1])
     params = (jnp.zeros((width, len(classes)), jnp.float32), jnp.zeros((len(classes),), jnp.float32))
-    optimizer = optax.adamw(config.learning_rate, weight_decay=config.weight_decay)
+    optimizer = _adamw(config.learning_rate, config.weight_decay)
     rng = np.random.default_rng(config.seed)
     batch = min(config.batch_size, len(x))
     order = np.concatenate([rng.permutation(len(x)) for _ in range(math.ceil(config.steps * batch / len(x)) + 1)])
     idx = order[: config.steps * batch].reshape(config.steps, batch)
-    params = _fit(params, optimizer.init(params), jnp.asarray(x), jnp.asarray(y), jnp.asarray(idx),
-                  jnp.float32(radius), jax.random.PRNGKey(config.seed), eparams, optimizer=optimizer,
-                  pgd_steps=config.pgd_steps, encoder=enc)
+    params = program("robust_probe_fit", _fit, params, optimizer.init(params), jnp.asarray(x), jnp.asarray(y),
+                     jnp.asarray(idx), jnp.float32(radius), jax.random.PRNGKey(config.seed), eparams,
+                     optimizer=optimizer, pgd_steps=config.pgd_steps, encoder=enc)
     return LinearProbe(params[0], params[1], float(radius), classes, config.attack)
+
+
+@functools.cache
+def _adamw(learning_rate: float, weight_decay: float):
+    """One optimizer object per setting: ``_fit`` takes it as a static argument, so the standard and the
+    robust probe share one compiled program."""
+    return optax.adamw(learning_rate, weight_decay=weight_decay)
 
 
 @functools.partial(jax.jit, static_argnames=("optimizer", "pgd_steps", "encoder"))
@@ -230,7 +240,7 @@ def _correct(params, x, y, radius, key, eparams, *, steps, encoder):
 
 def evaluate_probe(probe: LinearProbe, z, labels, *, radius: float | None = None, pgd_steps: int = 10,
                    seed: int = 0, encoder: Callable | None = None, encoder_params=None,
-                   batch_size: int = 1024) -> dict:
+                   batch_size: int = 1024, program: Callable = run_here) -> dict:
     """Clean accuracy and accuracy under a PGD-l2 attack of ``radius`` (default: the training one),
     in the probe's attacked space (the inputs through ``encoder``, or their encodings)."""
     x = np.asarray(z, np.float32)
@@ -244,32 +254,34 @@ def evaluate_probe(probe: LinearProbe, z, labels, *, radius: float | None = None
     r = probe.radius if radius is None else float(radius)
     clean = robust = 0
     for i in range(0, len(x), batch_size):
-        c, rb = _correct(params, jnp.asarray(x[i:i + batch_size]), jnp.asarray(y[i:i + batch_size]), jnp.float32(r),
-                         jax.random.fold_in(jax.random.PRNGKey(seed), i), eparams, steps=pgd_steps, encoder=enc)
+        c, rb = program("robust_probe_correct", _correct, params, jnp.asarray(x[i:i + batch_size]),
+                        jnp.asarray(y[i:i + batch_size]), jnp.float32(r),
+                        jax.random.fold_in(jax.random.PRNGKey(seed), i), eparams, steps=pgd_steps, encoder=enc)
         clean, robust = clean + int(c), robust + int(rb)
     return {"accuracy": clean / len(x), "robust_accuracy": robust / len(x), "radius": r}
 
 
 def robust_linear_probing(x_train, y_train, x_test, y_test, config: ProbeConfig, *, encoder: Callable | None = None,
-                          encoder_params=None) -> dict:
+                          encoder_params=None, program: Callable = run_here) -> dict:
     """Table 6 / 9: a standard (eps = 0) and an eps-robust linear probe (eps = ``config.epsilon``)
     trained on (x_train, y_train), both evaluated on the test split, clean and under a PGD-l2
-    attack of the same radius r (eps * ||mu|| of the attacked space's training split if relative)."""
+    attack of the same radius r (eps * ||mu|| of the attacked space's training split if relative);
+    their programs through ``program`` (``train_robust_probe``)."""
     config.check()
     data, enc, eparams = _attacked(x_train, y_train, config, encoder, encoder_params)
     radius = attack_radius(data, y_train, config)
     scale = class_radius(data, y_train)
     standard = train_robust_probe(data, y_train, dataclasses.replace(config, attack="input"), encoder=enc,
-                                  encoder_params=eparams, radius=0.0)
+                                  encoder_params=eparams, radius=0.0, program=program)
     robust = train_robust_probe(data, y_train, dataclasses.replace(config, attack="input"), encoder=enc,
-                                encoder_params=eparams, radius=radius) if radius > 0 else standard
+                                encoder_params=eparams, radius=radius, program=program) if radius > 0 else standard
     test = encode(x_test, encoder, encoder_params=encoder_params, batch_size=config.batch_size) \
         if enc is None and encoder is not None else np.asarray(x_test, np.float32)
     out = {"epsilon": config.epsilon, "relative_epsilon": config.relative_epsilon, "attack": config.attack,
            "radius": radius, "mu_norm": scale, "n_train": len(data), "n_test": len(test)}
     for name, probe in (("standard", standard), ("robust", robust)):
         got = evaluate_probe(probe, test, y_test, radius=radius, pgd_steps=config.pgd_steps, seed=config.seed + 1,
-                             encoder=enc, encoder_params=eparams, batch_size=config.batch_size)
+                             encoder=enc, encoder_params=eparams, batch_size=config.batch_size, program=program)
         out[name] = {"accuracy": got["accuracy"], "robust_accuracy": got["robust_accuracy"]}
     return out
 

@@ -91,6 +91,20 @@ def test_compile_only_compiles_every_step_the_run_runs(model, extra, tmp_path, m
     assert not (tmp_path / "aot" / "cache").exists()
 
 
+def test_syntextbench_compiles_the_generators_generation(tmp_path, tiny_minilm_dir, tiny_smollm2_dir):
+    """--generator (A.2): the generator's report (generator/results.json) holds its constrained generation, one
+    batch of 16 starting tokens per 16 sentences of each split (180 + 20 at n = 200, one level); the model's
+    steps follow on the LM-free sentences, said in its notes."""
+    syntextbench.main([f"--model={tiny_minilm_dir}", f"--generator={tiny_smollm2_dir}", "--lexicon=afinn", "--n=200",
+                       "--levels=0", "--no_baselines", "--batch_size=16", "--generator_max_tokens=4", "--compile_only",
+                       f"--output_dir={tmp_path}"])
+    generator = _report(tmp_path / "generator" / "results.json")
+    calls = {tuple(s["shapes"][:2]): s["calls"] for s in generator["steps"] if s["step"] == "generate"}
+    assert sum(calls.values()) == 12 + 2 and generator["model"] == tiny_smollm2_dir, calls  # ceil(180/16), ceil(20/16)
+    model = _report(tmp_path / "results.json")
+    assert model["model"] == tiny_minilm_dir and any("LM-free sentences" in n for n in model["notes"])
+
+
 @pytest.mark.slow
 def test_byod_compile_only_compiles_every_step_the_run_runs(tmp_path, monkeypatch):
     """BYOD's scoring of pairs, hidden states at positions and pair statistics: the same (step, shapes)
@@ -224,6 +238,25 @@ def test_synbench_compiles_embed_inputs_for_every_batch(tmp_path, tiny_minilm_di
     assert not (tmp_path / "cache").exists()
 
 
+def test_synbench_compiles_l1_classifiers_and_the_robust_probe(tmp_path, tiny_minilm_dir):
+    """An l1 budget's classifiers (one program over the scales) and the robust probe on the representation
+    (Table 6: a standard and a robust probe share one training program; each evaluated in one batch): with the
+    embedding of the probe's own 40 + 40 inputs, (5 + 5) + (3 + 3) batches of 16."""
+    from experiments import synbench
+
+    synbench.main([f"--model={tiny_minilm_dir}", "--n=80", "--scales=1", "--eps=0,0.5", "--a_t=0.7", "--norm=1",
+                   "--robust_probe", "--probe_attack=representation", "--probe_n=40", "--probe_steps=5",
+                   "--no_baselines", "--batch_size=16", "--seq_len=4", "--compile_only", f"--output_dir={tmp_path}"])
+    steps = {s["step"]: s for s in _report(tmp_path / "results.json")["steps"]}
+    assert set(steps) == {"embed_inputs", "lp_accuracy_bound", "robust_probe_fit", "robust_probe_correct"}
+    assert steps["embed_inputs"]["calls"] == 16
+    assert (steps["lp_accuracy_bound"]["shapes"], steps["lp_accuracy_bound"]["calls"]) == (
+        ["float32[1,80,64]", "int32[1,80]", "float32[1,80,64]", "int32[1,80]", "float32[2]"], 1)
+    for name in ("robust_probe_fit", "robust_probe_correct"):
+        assert steps[name]["calls"] == 2 and "float32[40,64]" in steps[name]["shapes"], steps[name]
+    assert steps["robust_probe_fit"]["static"]["pgd_steps"] == 10
+
+
 def test_synbench_without_a_language_model_is_refused_in_one_line(tmp_path, capsys):
     from experiments import synbench
 
@@ -275,18 +308,39 @@ def test_scope_compiles_the_reference_and_each_model(tmp_path, tiny_smollm2_dir)
 @pytest.mark.parametrize(("argv", "says"), [
     (["--target=smollm2-135m@bf16"], r"^error: --target=smollm2-135m@bf16 is not a TPU slice: the models it named "
                                      r"are now --model=smollm2-135m@bf16"),
-    (["--reference=minilm-l6", "--model=minilm-l6@int8", "--compile_only"],
-     r"^error: --compile_only compiles SCoPE's zero-shot and next-token steps, and minilm-l6's head \(finetune\)"),
+    (["--reference=minilm-l6", "--model=minilm-l6@int8", "--head=checkpoint", "--compile_only"],
+     r"^error: --compile_only reads no weights, and minilm-l6's head is read from its checkpoint"),
 ])
-def test_scope_old_target_flag_and_trained_heads_are_one_line(argv, says, tmp_path, capsys):
+def test_scope_old_target_flag_and_checkpoint_heads_are_one_line(argv, says, tmp_path, capsys):
     """SCoPE's models moved from --target to --model: an old --target=MODEL says so; --compile_only refuses a
-    head trained outside the engine."""
+    head read from a checkpoint (it reads no weights)."""
     from experiments import scope
 
     with pytest.raises(SystemExit) as e:
         scope.main([*argv, _labelled(tmp_path), "--max_examples=4", f"--output_dir={tmp_path}"])
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
     assert e.value.code == 2 and len(err) == 1 and re.search(says, err[0])
+
+
+@needs_libtpu
+def test_scope_compiles_a_fine_tuned_heads_training_for_v5e_8(tmp_path, tiny_minilm_dir):
+    """SCoPE with fine-tuned heads (encoders): Adam's initial state, each training step (5 epochs of one batch)
+    on the model's fsdp shards, the trained head's scoring (a black box of it samples those scores). Adam's
+    moments are sharded as the parameters: a step's arguments are about 3x the parameters per device (8x
+    more, were they replicated)."""
+    from experiments import scope
+
+    scope.main([f"--reference={tiny_minilm_dir}", f"--model=blackbox:{tiny_minilm_dir}", _labelled(tmp_path),
+                "--max_examples=2", "--batch_size=2", "--trials=1", "--capability=typo", "--bootstrap=0",
+                "--target=v5e-8", "--compile_only", f"--output_dir={tmp_path}"])
+    report = _report(tmp_path / "results.json")["models"][tiny_minilm_dir]
+    steps = {s["step"]: s for s in report["steps"]}
+    assert set(steps) == {"finetune_init", "finetune_step", "scope_classify"} and report["fits"] is True
+    assert steps["finetune_init"]["calls"] == 1 and steps["finetune_step"]["calls"] == 5
+    assert steps["finetune_step"]["shapes"][:2] == ["int32[16,8]", "int32[16,8]"]  # the batch, over 8 shards
+    params = report["param_bytes_per_device"]
+    assert 3 * params <= steps["finetune_step"]["argument_bytes"] <= 4 * params, (params, steps["finetune_step"])
+    assert not steps["finetune_step"]["model_step"] and steps["scope_classify"]["model_step"]
 
 
 @needs_libtpu

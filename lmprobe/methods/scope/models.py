@@ -25,7 +25,6 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from lmprobe.engine.mesh import replicated
 from lmprobe.engine.steps import pooled_embedding
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import icl
@@ -335,8 +334,8 @@ def sampler_from(model: ScopeModel, temperature: float = 1.0) -> Callable:
     return sample
 
 
-def place_head(classifier: Classifier, mesh) -> None:
-    """Replicate the (freshly created) head parameters over the scorer's mesh."""
+def place_head(classifier: Classifier, runner) -> None:
+    """Replicate the (freshly created) head parameters over the scorer's mesh (``runner.replicate``)."""
     for module in classifier.fresh_modules():
         for _, var in nnx.to_flat_state(nnx.state(module, nnx.Param)):
-            var.set_value(jax.device_put(var.get_value(), replicated(mesh)))
+            var.set_value(runner.replicate(var.get_value()))

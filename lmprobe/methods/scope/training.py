@@ -15,6 +15,7 @@ initialised head on fixed features).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 
 import jax
@@ -25,6 +26,7 @@ from flax import nnx
 
 from lmprobe.engine import Scorer
 from lmprobe.engine.batching import bucket_length, make_batches
+from lmprobe.engine.mesh import replicated
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import Ticker
 from lmprobe.methods.scope.models import HEADS, Classifier, EncoderClassifier, load_hf_head, place_head
@@ -75,14 +77,19 @@ def finetune(scorer: Scorer, texts: Sequence[str], labels, label_names: Sequence
     config.check()
     labels = _check_labels(labels, label_names)
     classifier = Classifier(scorer.model, len(label_names), head=config.head, seed=config.seed)
-    place_head(classifier, scorer.mesh)
+    runner = scorer.runner
+    place_head(classifier, runner)
     graphdef, params, rest = nnx.split(classifier, nnx.Param, ...)
     tx = _schedule(config, len(labels))
-    opt_state = tx.init(params)
+    param_shardings = jax.tree.map(lambda p: p.sharding, params)
+    opt_shardings = _like_params(jax.eval_shape(tx.init, params), param_shardings, replicated(scorer.mesh))
+    opt_state = runner.mesh_program("finetune_init", jax.jit(tx.init, out_shardings=opt_shardings), params)
     dropout_root = jax.random.PRNGKey(config.seed)
 
-    @jax.jit
-    def step(params, opt_state, ids, mask, y, weight, i):
+    # the optimizer's state is the step's alone: donated; the first step's parameters are the scorer's own
+    @functools.partial(jax.jit, out_shardings=(param_shardings, opt_shardings, replicated(scorer.mesh)),
+                       donate_argnums=6)
+    def step(ids, mask, y, weight, i, params, opt_state, rest):
         def loss_fn(p):
             key = jax.random.fold_in(dropout_root, i)  # one dropout key per step
             logits = nnx.merge(graphdef, p, rest)(ids, mask, key).astype(jnp.float32)
@@ -108,10 +115,11 @@ def finetune(scorer: Scorer, texts: Sequence[str], labels, label_names: Sequence
             rows = batch.shape[0]
             y, weight = np.zeros(rows, np.int32), np.zeros(rows, np.float32)
             y[:len(chunk)], weight[:len(chunk)] = labels[chunk[batch.indices]], 1.0
-            params, opt_state, loss = step(params, opt_state, *scorer.runner.put(batch.ids, batch.mask, y, weight),
-                                           np.int32(i))
+            params, opt_state, loss = runner.mesh_program("finetune_step", step,
+                                                          *runner.put(batch.ids, batch.mask, y, weight), np.int32(i),
+                                                          params, opt_state, rest)
             i += 1
-            total += float(loss) * len(chunk)
+            total += float(runner.fetch(loss)) * len(chunk)
             ticker.advance()  # after the loss: the count follows the device
         epoch_losses.append(total / len(seqs))
     trained = nnx.merge(graphdef, params, rest)
@@ -148,11 +156,12 @@ def linear_probe(scorer: Scorer, texts: Sequence[str], labels, label_names: Sequ
         order, total = rng.permutation(len(labels)), 0.0
         for start in range(0, len(order), config.batch_size):
             idx = jnp.asarray(order[start:start + config.batch_size])
-            state, opt_state, loss = step(state, opt_state, features[idx], y_all[idx])
+            state, opt_state, loss = scorer.runner.program("probe_step", step, state, opt_state, features[idx],
+                                                           y_all[idx])
             total += float(loss) * len(idx)
         epoch_losses.append(total / len(labels))
     nnx.update(classifier.head, state)
-    place_head(classifier, scorer.mesh)
+    place_head(classifier, scorer.runner)
     served = _served(classifier, scorer, "probe", config, texts, labels, name)
     return EncoderClassifier(name, served, label_names), epoch_losses
 
@@ -181,7 +190,7 @@ def from_checkpoint(scorer: Scorer, label_names: Sequence[str], *, name: str = "
     layer.kernel.set_value(layer.kernel.get_value()[:, order])
     if layer.bias is not None:
         layer.bias.set_value(layer.bias.get_value()[order])
-    place_head(classifier, scorer.mesh)
+    place_head(classifier, scorer.runner)
     head = {"kind": "checkpoint", "layout": classifier.layout, "label_order": order.tolist()}
     served = _wrap(classifier, scorer, {**scorer.identity, "name": name, "head": head})
     return EncoderClassifier(name, served, label_names)
@@ -216,8 +225,18 @@ def _served(classifier, scorer: Scorer, kind: str, config: TrainConfig, texts, l
 
 
 def _wrap(classifier, scorer: Scorer, identity: dict) -> Scorer:
-    return Scorer(classifier, scorer.tokenizer, mesh=scorer.mesh, batch_size=scorer.batch_size,
-                  max_tokens=scorer.max_tokens, strategy=scorer.strategy, identity=identity)
+    return scorer.with_model(classifier, identity)
+
+
+def _like_params(opt_state, param_shardings, other):
+    """Shardings of an optimizer's state: each subtree shaped as the parameters (Adam's moments) sharded
+    as they are, anything else (step counts) ``other``."""
+    shaped = jax.tree.structure(param_shardings)
+
+    def is_params(x):
+        return jax.tree.structure(x) == shaped
+
+    return jax.tree.map(lambda x: param_shardings if is_params(x) else other, opt_state, is_leaf=is_params)
 
 
 def _features(model, ids, mask):

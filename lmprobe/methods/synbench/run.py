@@ -94,10 +94,13 @@ def representation_summary(z_train, y_train, z_test, y_test, config: Config, *,
         raise LmprobeError(f"l_p budgets with p={config.norm} act in the representation's own coordinates "
                            f"and need n >= representation size: n={z_train.shape[-2]}, size "
                            f"{z_train.shape[-1]}; raise `n` or use `norm=2`")
-    return _lp_summary(z_train, y_train, z_test, y_test, eps, config)
+    return program("lp_accuracy_bound", _lp_summary, z_train, y_train, z_test, y_test, eps, p=config.norm,
+                   tau=config.prior, relative_epsilon=config.relative_epsilon)
 
 
-def _lp_summary(z_train, y_train, z_test, y_test, eps, config: Config) -> kernels.MarginSummary:
+@functools.partial(jax.jit, static_argnames=("p", "tau", "relative_epsilon"))
+def _lp_summary(z_train, y_train, z_test, y_test, eps, *, p: float, tau: float,
+                relative_epsilon: bool) -> kernels.MarginSummary:
     """Thm 2: l_p-robust directions by FISTA on the pooled precision (pseudo-inverse)."""
     moments = kernels.class_moments(z_train, y_train)
     vals, vecs = kernels.descending_eigh(kernels.pooled_covariance(moments))
@@ -107,10 +110,9 @@ def _lp_summary(z_train, y_train, z_test, y_test, eps, config: Config) -> kernel
     midpoint = 0.5 * (moments.means[:, 0] + moments.means[:, 1])
     out = []
     for e in eps:
-        robust = kernels.robust_direction_lp(mean_diff, precision, e, p=config.norm,
-                                             relative_epsilon=config.relative_epsilon)
-        margins = kernels.linear_margins(z_test, y_test, midpoint, robust.weight, mean_diff, tau=config.prior,
-                                         norm_ord=kernels.dual_exponent(config.norm))
+        robust = kernels.robust_direction_lp(mean_diff, precision, e, p=p, relative_epsilon=relative_epsilon)
+        margins = kernels.linear_margins(z_test, y_test, midpoint, robust.weight, mean_diff, tau=tau,
+                                         norm_ord=kernels.dual_exponent(p))
         out.append(kernels.summarize_margins(margins, y_test))
     return kernels.MarginSummary(*(jnp.stack(parts, axis=-1) for parts in zip(*out)))
 
@@ -350,8 +352,9 @@ def engine_queries(scorer, name: str, config: Config, *, seq_len: int = DEFAULT_
     """Every engine query ``run`` asks of a language model's ``scorer_representation`` (uncached, in order):
     Scorer.embed_inputs of each batch of Gaussian inputs of every (scale, split), then the robust probe's
     train and test inputs where it attacks the representation (``probe_attack="representation"``; an LM
-    has no input attack); then the programs of the metric (the l2 Bayes classifiers; l_p's are not) and of the loss-data
-    baselines on representations of those shapes. What a compile-only Scorer compiles (lmprobe.engine.aot):
+    has no input attack); then the programs of the metric (the eps-robust Bayes classifiers), of the loss-data
+    baselines and of the robust probe (its standard and robust training and evaluation) on representations of
+    those shapes. What a compile-only Scorer compiles (lmprobe.engine.aot):
     the inputs are zeros of the batches' shapes (their values choose no step), so neither the embedding
     moments (``model.embed`` over the vocabulary, eager) nor the Gaussian draws are computed."""
     rep = scorer_representation(scorer, name, seq_len=seq_len, pooling=pooling, layer=layer, inputs="rms",
@@ -365,17 +368,24 @@ def engine_queries(scorer, name: str, config: Config, *, seq_len: int = DEFAULT_
     for _scale in config.scales:
         for _split in ("train", "test"):
             width = queries(config.n)
-    if config.robust_probe and config.probe_attack == "representation":
+    probe = config.robust_probe and config.probe_attack == "representation"
+    if probe:
         for _split in ("train", "test"):
             queries(config.probe_n or config.n)
-    # the Bayes classifiers' and the baselines' programs on representations of these shapes (labels alternate)
+    # the Bayes classifiers', the baselines' and the probes' programs on representations of these shapes
+    # (labels alternate; the probes' classes 1 apart, so that the robust one has a radius to train at)
+    program = scorer.runner.program
     z = np.zeros((len(config.scales), config.n, width), np.float32)
     y = np.broadcast_to(np.where(np.arange(config.n) % 2 == 0, 1, -1).astype(np.int32), z.shape[:2])
-    if config.norm == 2:
-        representation_summary(z, y, z, y, config, program=scorer.runner.program)
+    representation_summary(z, y, z, y, config, program=program)
     if config.baselines:
-        loss_data.loss_data_curves(z[0], y[0], steps=config.baseline_steps, seed=config.seed,
-                                   program=scorer.runner.program)
+        loss_data.loss_data_curves(z[0], y[0], steps=config.baseline_steps, seed=config.seed, program=program)
+    if probe:
+        n = config.probe_n or config.n
+        y = np.where(np.arange(n) % 2 == 0, 1, -1).astype(np.int32)
+        z = np.zeros((n, width), np.float32)
+        z[:, 0] = 0.5 * y
+        robust_probe.robust_linear_probing(z, y, z, y, _probe_config(config, max(config.epsilons)), program=program)
 
 
 def downstream_task(rep: Representation, config: Config) -> tuple[np.ndarray, ...]:
@@ -402,8 +412,7 @@ def _represent_inputs(rep: Representation, x: np.ndarray, batch_size: int) -> np
 def robust_linear_probing(rep: Representation, config: Config, epsilon: float) -> dict:
     """Standard and ``epsilon``-robust linear probes on the downstream task (Table 6 / 9), eps
     in the score's convention (relative: eps * ||mu|| of the attacked space)."""
-    probe_config = robust_probe.ProbeConfig(epsilon=epsilon, relative_epsilon=config.relative_epsilon,
-                                            attack=config.probe_attack, steps=config.probe_steps, seed=config.seed)
+    probe_config = _probe_config(config, epsilon)
     x_train, y_train, x_test, y_test = downstream_task(rep, config)
     encoder = rep.input_encoder()
     if encoder is None:
@@ -417,6 +426,11 @@ def robust_linear_probing(rep: Representation, config: Config, epsilon: float) -
         fn = functools.partial(fn, None)
     return robust_probe.robust_linear_probing(x_train, y_train, x_test, y_test, probe_config, encoder=fn,
                                               encoder_params=params)
+
+
+def _probe_config(config: Config, epsilon: float) -> robust_probe.ProbeConfig:
+    return robust_probe.ProbeConfig(epsilon=epsilon, relative_epsilon=config.relative_epsilon,
+                                    attack=config.probe_attack, steps=config.probe_steps, seed=config.seed)
 
 
 def baseline_metrics(rep: Representation, config: Config, spec, z, y, cache_dir, progress) -> dict:
