@@ -44,6 +44,7 @@ from lmprobe.engine.batching import LENGTH_BUCKETS, bucket_length
 from lmprobe.engine.packing import pack_continuations, packed_rows
 from lmprobe.engine.runtime import release_free_memory
 from lmprobe.errors import LmprobeError
+from lmprobe.store import write_json
 
 _log = log.get(__name__)
 FIRST_ROUND = 32  # new tokens in generate_until's first round; each later round doubles
@@ -134,24 +135,43 @@ class LmprobeLM(TemplateLM):
     ``allow_pickle``, ``max_length`` (context; the model's by default), ``max_gen_toks`` (256),
     ``add_bos_token`` and ``prefix_token_id`` (as in lm-eval's hf), ``seed`` (sampled generation).
     Or pass a ready ``scorer=``.
+
+    Compile before you rent: ``compile_only=True`` with ``target`` (a TPU slice, e.g. v5e-8; none: this
+    host's devices), ``num_slices`` and ``hbm`` (bytes per device) compiles every step lm-eval's requests
+    would run, reading no weight and running nothing (lmprobe.engine.aot): the answers are zeros, so lm-eval's
+    metrics mean nothing; after each batch of requests the report (per step: shapes, calls, memory per device
+    and fit, the TPU cost model's estimate) goes to ``report`` (a JSON path; default
+    lmprobe_compile_report.json) and the log, and ``main`` prints it last.
     """
 
     def __init__(self, pretrained: str = "smollm2-135m", *, scorer: Scorer | None = None, dtype: str = "auto",
                  batch_size: int | str | None = 16, max_tokens: int | None = None, model_parallel: int = 1,
                  sharding: str = "fsdp", offline: bool | None = None, revision: str | None = None,
                  allow_pickle: bool = False, max_length: int | None = None, max_gen_toks: int = 256,
-                 add_bos_token: bool | None = None, prefix_token_id: int | None = None, seed: int = 0, **unknown):
+                 add_bos_token: bool | None = None, prefix_token_id: int | None = None, seed: int = 0,
+                 compile_only: bool = False, target: str | None = None, num_slices: int = 1, hbm: str | None = None,
+                 report: str = "lmprobe_compile_report.json", **unknown):
         super().__init__()
         unknown = {k: v for k, v in unknown.items() if k not in IGNORED_ARGS}
         if unknown:
             raise LmprobeError(f"model_args for lmprobe: unknown {', '.join(sorted(unknown))}; known: pretrained, "
                                "dtype, batch_size, max_tokens, model_parallel, sharding, offline, revision, "
-                               "allow_pickle, max_length, max_gen_toks, add_bos_token, prefix_token_id, seed")
+                               "allow_pickle, max_length, max_gen_toks, add_bos_token, prefix_token_id, seed, "
+                               "compile_only, target, num_slices, hbm, report")
+        if target is not None and not compile_only:
+            raise LmprobeError(f"target={target} compiles for a TPU slice this run is not on: add compile_only=True "
+                               "to the model_args (compile every step and report, run nothing), or drop target")
+        self.report_path = report if compile_only else None
         if scorer is None:
             per_device = 16 if batch_size is None or str(batch_size).startswith("auto") else int(batch_size)
-            scorer = Scorer.load(pretrained, dtype=dtype, model_parallel=model_parallel, strategy=sharding,
-                                 offline=offline, allow_pickle=allow_pickle, batch_size=per_device,
-                                 max_tokens=max_tokens, **({"revision": revision} if revision else {}))
+            if compile_only:
+                scorer = _compile_only_scorer(pretrained, dtype, model_parallel, sharding, per_device, max_tokens,
+                                              offline, revision, target, num_slices, hbm)
+                COMPILE_ONLY.append(self)
+            else:
+                scorer = Scorer.load(pretrained, dtype=dtype, model_parallel=model_parallel, strategy=sharding,
+                                     offline=offline, allow_pickle=allow_pickle, batch_size=per_device,
+                                     max_tokens=max_tokens, **({"revision": revision} if revision else {}))
         if scorer.tokenizer is None:
             raise LmprobeError("lm-eval sends text: the lmprobe Scorer needs a tokenizer")
         self.scorer, self.tokenizer, self.pretrained = scorer, scorer.tokenizer, pretrained
@@ -224,12 +244,28 @@ class LmprobeLM(TemplateLM):
 
     # ------------------------------------------------------------------ requests
 
+    def compile_report(self):
+        """What a compile-only model (``compile_only=True``) compiled so far (lmprobe.engine.aot.CompileReport)."""
+        from lmprobe.engine.aot import compile_report
+
+        return compile_report(self.scorer, [COMPILED_ON_ZEROS])
+
+    def _answered(self, kind: str, keys, answers) -> None:
+        """Answers into lm-eval's cache (``--use_cache``); a compile-only model's zeros never go there: its
+        report is written instead."""
+        if self.report_path is not None:
+            report = self.compile_report()
+            write_json(self.report_path, {"model": self.pretrained, **report.to_dict()})
+            _log.info(f"compile-only: report in {self.report_path}\n{report.table()}")
+            return
+        for key, answer in zip(keys, answers):
+            if key is not None:
+                self.cache_hook.add_partial(kind, key, answer)
+
     def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs) -> list[tuple[float, bool]]:
         results = score_continuations(self.scorer, [(ctx, cont) for _, ctx, cont in requests], self.max_length)
         release_free_memory()  # what the compilations freed
-        for (key, _, _), answer in zip(requests, results):
-            if key is not None:
-                self.cache_hook.add_partial("loglikelihood", key, answer)
+        self._answered("loglikelihood", [key for key, _, _ in requests], results)
         return results
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
@@ -244,8 +280,7 @@ class LmprobeLM(TemplateLM):
         for i, (logprob, _) in zip(owners, score_continuations(self.scorer, windows, self.max_length)):
             totals[i] += logprob
         release_free_memory()
-        for req, total in zip(requests, totals):
-            self.cache_hook.add_partial("loglikelihood_rolling", req.args, float(total))
+        self._answered("loglikelihood_rolling", [req.args for req in requests], [float(t) for t in totals])
         return [float(t) for t in totals]
 
     def generate_until(self, requests, disable_tqdm: bool = False) -> list[str]:
@@ -264,8 +299,8 @@ class LmprobeLM(TemplateLM):
             prompts = [self._prompt_ids(requests[i].args[0], self.max_length - max_new) for i in indices]
             for i, text in zip(indices, self._generate(prompts, until, max_new, kwargs)):
                 results[i] = postprocess_generated_text(text, until, None)
-                self.cache_hook.add_partial("generate_until", requests[i].args, results[i])
         release_free_memory()
+        self._answered("generate_until", [req.args for req in requests], results)
         return results
 
     def _prompt_ids(self, context: str, room: int) -> list[int]:
@@ -315,13 +350,37 @@ class LmprobeLM(TemplateLM):
         return [self.tok_decode(ids) for ids in new]
 
 
+COMPILE_ONLY: list[LmprobeLM] = []  # compile-only models made in this process: main prints their reports last
+COMPILED_ON_ZEROS = ("lm-eval's requests as a run makes them; answers are zeros: generate_until's rounds run to "
+                     "max_gen_toks unless a zero is the end-of-text token, and lm-eval's metrics mean nothing")
+
+
+def _compile_only_scorer(name, dtype, model_parallel, sharding, batch_size, max_tokens, offline, revision, target,
+                         num_slices, hbm):
+    """A compile-only Scorer (lmprobe.engine.aot) of ``name`` from the model_args."""
+    from lmprobe.engine import aot
+    from lmprobe.engine.plan import parse_bytes
+    from lmprobe.engine.targets import target as target_slice
+
+    return aot.compile_only_scorer(
+        name, target=None if target is None else target_slice(target, int(num_slices)),
+        dtype=None if dtype == "auto" else dtype, model_parallel=int(model_parallel), strategy=sharding,
+        batch_size=batch_size, max_tokens=max_tokens, offline=offline, revision=revision,
+        hbm_bytes=None if hbm is None else parse_bytes(hbm, flag="hbm"))
+
+
 def main(argv=None) -> None:
-    """lm-eval's command line with the ``lmprobe`` model registered (same arguments as ``lm_eval``)."""
+    """lm-eval's command line with the ``lmprobe`` model registered (same arguments as ``lm_eval``); a
+    compile-only model's report is printed after lm-eval's output."""
     from lm_eval.__main__ import cli_evaluate
 
     if argv is not None:
         sys.argv = ["lm_eval", *argv]
     cli_evaluate()
+    for lm in COMPILE_ONLY:
+        print(f"\n{lm.compile_report().table()}\nreport in {lm.report_path} (lm-eval's metrics above come "
+              "from zeros: a compile-only run computes nothing)")
+    COMPILE_ONLY.clear()
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ sequences), and SmolLM2-135M on the local sentiment tasks in fixtures/ (a labell
 import copy
 import functools
 import importlib
+import json
 import pathlib
 import sys
 
@@ -18,7 +19,7 @@ from lm_eval.models.huggingface import HFLM
 from lm_eval.tasks import TaskManager
 
 from lmprobe.checkpoints import load
-from lmprobe.engine import Scorer, make_mesh, placement
+from lmprobe.engine import Scorer, make_mesh, placement, targets
 from lmprobe.errors import LmprobeError
 from lmprobe.integrations.lm_eval import LmprobeLM, main
 from tests.engine.conftest import tiny_llama_dir  # noqa: F401  (a fixture)
@@ -113,6 +114,8 @@ def test_registered_model_args_and_errors(tiny, monkeypatch):
     assert lm_eval.api.registry.get_model("hf") is HFLM  # lm-eval's own backends still load
     with pytest.raises(LmprobeError, match="unknown batchsize.*known: pretrained"):
         LmprobeLM.create_from_arg_string("pretrained=smollm2-135m,batchsize=4")
+    with pytest.raises(LmprobeError, match="target=v5e-8 compiles for a TPU slice .* add compile_only=True"):
+        LmprobeLM.create_from_arg_string("pretrained=smollm2-135m,target=v5e-8")
     # lm-eval always passes --batch_size and --device; model_args win, device is JAX's business
     LmprobeLM.create_from_arg_obj({"scorer": ours.scorer, "batch_size": 4}, {"batch_size": 1, "device": "cuda"})
     monkeypatch.setitem(sys.modules, "lm_eval", None)
@@ -137,6 +140,24 @@ def test_command_line_runs_a_local_task(tiny_llama_dir, tmp_path, monkeypatch): 
     main(["--model", "lmprobe", "--model_args", f"pretrained={tiny_llama_dir},batch_size=2", "--tasks",
           "lmprobe_sentiment", "--include_path", str(FIXTURES), "--limit", "2", "--output_path", str(tmp_path)])
     assert list(tmp_path.rglob("results_*.json"))
+
+
+@pytest.mark.skipif(not targets.libtpu_available(), reason="libtpu is not installed (pip install -e '.[tpu]')")
+def test_command_line_compiles_a_local_task_for_v5e_8(tiny_llama_dir, tmp_path, monkeypatch, capsys):  # noqa: F811
+    """compile_only=True with target=v5e-8: every request type's steps compiled for the slice (scoring at each
+    length bucket, generation's rounds), the report written after each batch of requests and printed last."""
+    monkeypatch.setattr(sys, "argv", sys.argv[:1])
+    monkeypatch.setattr(lm_eval.tasks, "TaskManager", functools.partial(TaskManager, include_defaults=False))
+    report = tmp_path / "report.json"
+    main(["--model", "lmprobe", "--model_args", f"pretrained={tiny_llama_dir},batch_size=2,compile_only=True,"
+          f"target=v5e-8,report={report}", "--tasks", "lmprobe_sentiment,lmprobe_sentiment_gen", "--include_path",
+          str(FIXTURES), "--limit", "2"])
+    out = json.loads(report.read_text())
+    assert (out["target"], out["devices"], out["fits"]) == ("v5e-8", 8, True)
+    assert {s["step"] for s in out["steps"]} == {"lm_eval_causal", "generate"}
+    assert all(s["calls"] >= 1 and s["shapes"][0].startswith("int32[8,") for s in out["steps"])  # 1 row x 8
+    printed = capsys.readouterr().out
+    assert "compiled, not run" in printed and "metrics above come from zeros" in printed
 
 
 def transformers_smollm2():
