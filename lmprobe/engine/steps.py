@@ -21,7 +21,7 @@ from lmprobe.engine.packing import PADDING, visibility
 from lmprobe.errors import LmprobeError
 from lmprobe.models import family_of
 from lmprobe.models.axes import BATCH
-from lmprobe.models.layers import target_platform
+from lmprobe.models.layers import packed_segments, target_platform
 
 # Positions per LM-head slice when scoring every token, at most: slices of ~128 rows run the head's matmul
 # near its best rate on CPU, 32-row slices well below it (docs/performance.md).
@@ -93,7 +93,8 @@ def packed_hidden(model, ids, segments, positions, *, packed=True):
     sequence each (its segments PREFIX), run under the causal mask of their real tokens."""
     if not packed:
         return head_states(model, ids, (segments != PADDING).astype(jnp.int32))
-    return head_states(model, ids, visibility(segments), positions=positions)
+    with packed_segments(segments):  # on TPU, attention reads the segments, not the [B, T, T] visibility
+        return head_states(model, ids, visibility(segments), positions=positions)
 
 
 def packed_logprobs(model, ids, segments, positions, targets, *, packed=True):

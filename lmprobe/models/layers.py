@@ -273,6 +273,31 @@ def traced_for(platform: str | None):
         _TARGET.reset(token)
 
 
+_SEGMENTS: contextvars.ContextVar[Array | None] = contextvars.ContextVar("lmprobe_packed_segments", default=None)
+
+
+@contextlib.contextmanager
+def packed_segments(segments: Array):
+    """Trace attention over packed rows knowing their segments [B, T] (lmprobe.engine.packing: the
+    shared prefix 0, each packed sequence its own id from 1, padding -1), whose [B, T, T] visibility
+    the models' Masks hold: on TPU, ``attention`` then takes the splash kernel in two passes (prefix,
+    own segment) instead of XLA's attention over that mask, which is then never built."""
+    token = _SEGMENTS.set(segments)
+    try:
+        yield
+    finally:
+        _SEGMENTS.reset(token)
+
+
+def _segments_of(mask: Mask, t: int, s: int) -> Array | None:
+    """The segments (``packed_segments``) behind a packed rows' [B, T, T] mask, or None."""
+    segments = _SEGMENTS.get()
+    keys = mask.keys
+    if segments is None or keys is None or keys.ndim != 3 or t != s or segments.shape != keys.shape[:2]:
+        return None
+    return segments
+
+
 def target_platform() -> str:
     """The platform attention is traced for: ``traced_for``'s, else the default backend's."""
     return _TARGET.get() or platform_of(jax.devices()[0])
@@ -378,12 +403,13 @@ PALLAS_BLOCKS = (512, 256, 128)  # splash attention's tile sizes, the largest di
 def pallas_applies(q: Array, k: Array, mask: Mask, window: int | None, bias, heads_first: bool) -> bool:
     """Whether ``attention`` takes Pallas' splash attention (``pallas_attention``): traced for TPU
     (``traced_for``), no score bias, queries from slot 0 (``mask.offset`` the int 0) over keys in
-    slots (``mask.keys`` [B, S] or None: padding as segment ids), a window only with causality, both
-    lengths multiples of 128. Else the XLA path (shorter rows, ALiBi / T5 biases, decoding steps,
-    packed rows' [B, T, S] masks)."""
+    slots (``mask.keys`` [B, S] or None: padding as segment ids; or packed rows' [B, T, T] with their
+    ``packed_segments``, causal, no window), a window only with causality, both lengths multiples of
+    128. Else the XLA path (shorter rows, ALiBi / T5 biases, decoding steps, other [B, T, S] masks)."""
     s = k.shape[2] if heads_first else k.shape[1]
+    packed = _segments_of(mask, q.shape[1], s) is not None and mask.causal and window is None
     return (target_platform() == "tpu" and bias is None and isinstance(mask.offset, int) and mask.offset == 0
-            and (mask.keys is None or mask.keys.ndim == 2) and (window is None or mask.causal)
+            and (mask.keys is None or mask.keys.ndim == 2 or packed) and (window is None or mask.causal)
             and q.shape[1] % PALLAS_BLOCKS[-1] == 0 and s % PALLAS_BLOCKS[-1] == 0)
 
 
@@ -414,7 +440,12 @@ def pallas_attention(q: Array, k: Array, v: Array, mask: Mask, *, scale: float, 
     mask; padding (``mask.keys`` [B, S]) goes in as segment ids (1 real, 0 padding: a padding query
     sees padding keys only, its output unused). Grouped-query heads natively. ``interpret``: run
     the kernel in Pallas' interpreter (any backend; tests on CPU). Inputs as ``pallas_applies``
-    admits them."""
+    admits them.
+
+    Packed rows (``packed_segments``: a query sees the prefix and its own sequence, causally) take two
+    causal passes whose segment ids select the prefix's keys, then the query's own sequence's, joined
+    by their log-sum-exps: softmax over the union. A query with no key in a pass (a prefix query's own
+    sequence, a row without prefix) gets a log-sum-exp near the mask value, so that pass weighs 0."""
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as splash
     from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as masks
 
@@ -422,7 +453,10 @@ def pallas_attention(q: Array, k: Array, v: Array, mask: Mask, *, scale: float, 
     k, v = (x if heads_first else x.transpose(0, 2, 1, 3) for x in (k, v))  # [B, K, S, D], the kernel's layout
     s, kv_heads = k.shape[2], k.shape[1]
     q = (q.astype(jnp.float32) * jnp.float32(scale)).astype(q.dtype).transpose(0, 2, 1, 3)  # [B, N, T, D]
-    keys = None if mask.keys is None else mask.keys.astype(jnp.int32)
+    segments = _segments_of(mask, t, s)
+    keys = (segments if segments is not None else mask.keys if mask.keys is None or mask.keys.ndim == 2
+            else None)
+    keys = None if keys is None else keys.astype(jnp.int32)
     block_q = next(x for x in PALLAS_BLOCKS if t % x == 0)
     block_kv = next(x for x in PALLAS_BLOCKS if s % x == 0)
     blocks = splash.BlockSizes(block_q=block_q, block_kv=block_kv, block_kv_compute=block_kv,
@@ -438,11 +472,22 @@ def pallas_attention(q: Array, k: Array, v: Array, mask: Mask, *, scale: float, 
         else:
             one = masks.FullMask((t, s))
         kernel = splash.make_splash_mha(masks.MultiHeadMask([one] * q.shape[1]), block_sizes=blocks,
-                                        head_shards=1, q_seq_shards=1, interpret=interpret)
+                                        head_shards=1, q_seq_shards=1, interpret=interpret,
+                                        save_residuals=segments is not None)
         if keys is None:
             return jax.vmap(kernel)(q, k, v)
-        segments = splash.SegmentIds(keys[:, :t], keys)
-        return jax.vmap(lambda q, k, v, ids: kernel(q, k, v, segment_ids=ids))(q, k, v, segments)
+        if segments is None:
+            return jax.vmap(lambda q, k, v, ids: kernel(q, k, v, segment_ids=ids))(q, k, v,
+                                                                               splash.SegmentIds(keys[:, :t], keys))
+        # the prefix (id 0) for every query; then each sequence's own keys (prefix and padding queries: none)
+        passes = [splash.SegmentIds(jnp.ones_like(keys), (keys == 0).astype(jnp.int32)),
+                  splash.SegmentIds(jnp.where(keys > 0, keys, -1), jnp.where(keys > 0, keys, -2))]
+        (o1, (l1,)), (o2, (l2,)) = (jax.vmap(lambda q, k, v, ids: kernel(q, k, v, segment_ids=ids))(q, k, v, ids)
+                                    for ids in passes)
+        total = jnp.logaddexp(l1, l2)
+        out = (o1.astype(jnp.float32) * jnp.exp(l1 - total)[..., None]
+               + o2.astype(jnp.float32) * jnp.exp(l2 - total)[..., None])
+        return out.astype(q.dtype)
 
     if q.dtype == jnp.bfloat16:  # bf16 dots take the default precision (Mosaic refuses an fp32 one on them)
         kernel_call = local

@@ -14,7 +14,9 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from lmprobe.engine.mesh import make_mesh, tracing_on
-from lmprobe.models.layers import Mask, attention, pallas_attention, traced_for
+from lmprobe.engine.packing import PADDING, visibility
+from lmprobe.engine.steps import packed_hidden
+from lmprobe.models.layers import Mask, attention, packed_segments, pallas_attention, traced_for
 
 pytestmark = pytest.mark.multi_device  # meshes over several of the 8 CPU devices
 
@@ -64,6 +66,32 @@ def test_splash_matches_xla_in_interpret_mode(case, dtype):
     np.testing.assert_allclose(got, want, atol=tol, rtol=tol)
 
 
+def packed_segments_rows() -> np.ndarray:
+    """Segments of packed rows (lmprobe.engine.packing): a prefix and two sequences, two sequences with no
+    prefix, one sequence filling the row, a prefix and one sequence then padding."""
+    rows = [[0] * 50 + [1] * 30 + [2] * 20, [1] * 60 + [2] * 68, [0] * T, [0] * 10 + [1] * 5]
+    return np.asarray([r + [PADDING] * (T - len(r)) for r in rows], np.int32)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_packed_rows_match_xla_in_interpret_mode(dtype):
+    """Packed rows: the two passes (prefix, own segment) joined by their log-sum-exps give XLA's attention over
+    the [B, T, T] visibility, on every real query (grouped-query heads)."""
+    q, k, v, _ = inputs(2, False, dtype)
+    segments = jnp.asarray(packed_segments_rows())
+    mask = Mask(visibility(segments), causal=True, positions=jnp.zeros((B, T), jnp.int32))
+    want = jax.jit(lambda q, k, v: attention(q, k, v, mask, scale=D ** -0.5))(q, k, v)
+
+    def packed(q, k, v, segments):
+        with packed_segments(segments):
+            return pallas_attention(q, k, v, Mask(visibility(segments), causal=True), scale=D ** -0.5, interpret=True)
+
+    got = jax.jit(packed)(q, k, v, segments)
+    real = np.asarray(segments) != PADDING
+    tol = 1e-5 if dtype == "float32" else BF16_TOL
+    np.testing.assert_allclose(*(np.asarray(x, np.float32)[real] for x in (got, want)), atol=tol, rtol=tol)
+
+
 def test_sharded_over_batch_and_heads_on_the_mesh():
     """Under tracing_on a (data 4, model 2) mesh: shard_map, rows over 'data', heads over 'model';
     keys heads first (a cache's layout) too."""
@@ -102,7 +130,14 @@ def test_choice_keys_on_the_platform_traced_for():
         assert not uses_pallas(lambda q, k, v: attention(q[:, :100], k[:, :100], v[:, :100],
                                                          Mask(keys[:, :100], causal=True), scale=1.0), q, k, v)
         packed = Mask(jnp.ones((B, T, T), bool), causal=True, positions=jnp.zeros((B, T), jnp.int32))
-        assert not uses_pallas(lambda q, k, v: attention(q, k, v, packed, scale=1.0), q, k, v)
+        assert not uses_pallas(lambda q, k, v: attention(q, k, v, packed, scale=1.0), q, k, v)  # segments unknown
+
+        def with_segments(q, k, v, window=None):
+            with packed_segments(jnp.zeros((B, T), jnp.int32)):
+                return attention(q, k, v, packed, scale=1.0, window=window)
+
+        assert uses_pallas(with_segments, q, k, v)
+        assert not uses_pallas(lambda q, k, v: with_segments(q, k, v, window=8), q, k, v)  # windows: in positions
 
 
 def v5e_mesh():
@@ -113,15 +148,20 @@ def v5e_mesh():
     return make_mesh(1, devices=topologies.get_topology_desc(platform="tpu", topology_name="v5e:2x2").devices)
 
 
-def compiled_temporaries(mesh, t: int, *, xla: bool) -> int:
+def compiled_temporaries(mesh, t: int, *, xla: bool, packed: bool = False) -> int:
     """Bytes of temporaries per device of causal attention over padded rows of ``t`` tokens, bf16,
-    one row and 8 heads of 128 per v5e chip, as the TPU compiler plans them."""
+    one row and 8 heads of 128 per v5e chip, as the TPU compiler plans them; ``packed``: packed rows,
+    ``keys`` their segments, the [T, T] visibility built in the program from them."""
     sharded = NamedSharding(mesh, P("data"))
     arrays = [jax.ShapeDtypeStruct((4, t, 8, 128), jnp.bfloat16, sharding=sharded) for _ in range(3)]
 
     def fn(q, k, v, keys):
         with traced_for("another") if xla else contextlib.nullcontext():  # "another": XLA's attention
-            return attention(q, k, v, Mask(keys, causal=True), scale=128 ** -0.5)
+            if not packed:
+                return attention(q, k, v, Mask(keys, causal=True), scale=128 ** -0.5)
+            with packed_segments(keys):
+                mask = Mask(visibility(keys), causal=True, positions=jnp.zeros(keys.shape, jnp.int32))
+                return attention(q, k, v, mask, scale=128 ** -0.5)
 
     with tracing_on(mesh):
         lowered = jax.jit(fn).lower(*arrays, jax.ShapeDtypeStruct((4, t), jnp.int32, sharding=sharded))
@@ -130,12 +170,15 @@ def compiled_temporaries(mesh, t: int, *, xla: bool) -> int:
 
 def test_v5e_program_holds_no_scores_at_8k_tokens():
     """The TPU compiler's temporaries for 8,192 tokens stay well below one head's [T, T] fp32 scores
-    (T * T * 4 bytes); XLA's attention, compiled the same way, holds them (the check can fail)."""
+    (T * T * 4 bytes); XLA's attention, compiled the same way, holds them (the check can fail). Packed rows
+    too: neither their scores nor their [T, T] visibility (T * T bytes) is built."""
     mesh = v5e_mesh()
     assert mesh.devices.flat[0].platform == "tpu"
     t = 8192
     assert compiled_temporaries(mesh, t, xla=False) < t * t * 4 / 8
     assert compiled_temporaries(mesh, t, xla=True) > t * t * 4
+    assert compiled_temporaries(mesh, t, xla=False, packed=True) < t * t / 8
+    assert compiled_temporaries(mesh, t, xla=True, packed=True) > t * t * 4
 
 
 def test_a_model_traced_on_a_tpu_mesh_attends_with_the_kernel():
@@ -153,12 +196,16 @@ def test_a_model_traced_on_a_tpu_mesh_attends_with_the_kernel():
     def forward(state, ids, mask):
         return nnx.merge(graphdef, state)(ids, mask).logits
 
-    def lowered(mesh):
+    def packed(state, ids, segments, positions):  # the engine's packed rows: the full-attention layer's kernel
+        return packed_hidden(nnx.merge(graphdef, state), ids, segments, positions)
+
+    def lowered(mesh, fn=forward, arrays=2):
         sharded = NamedSharding(mesh, P("data"))
         params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=NamedSharding(mesh, P())),
                               state)
         with tracing_on(mesh):
-            return jax.jit(forward).lower(params, *(jax.ShapeDtypeStruct((4, 256), jnp.int32, sharding=sharded),) * 2)
+            return jax.jit(fn).lower(params, *(jax.ShapeDtypeStruct((4, 256), jnp.int32, sharding=sharded),) * arrays)
 
     assert "tpu_custom_call" in lowered(v5e_mesh()).as_text()
+    assert "tpu_custom_call" in lowered(v5e_mesh(), packed, 3).as_text()
     assert "tpu_custom_call" not in lowered(make_mesh(1, devices=jax.devices()[:4])).as_text()
