@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
+import os
 import time
 from collections.abc import Callable
 
@@ -148,11 +150,25 @@ def build_tasks(config: Config) -> Tasks:
     """Word lists from the lexicon, then one synthetic task per level (before any model loads)."""
     config.check()
     start = time.perf_counter()
-    lexicon = lexicons.load_lexicon(config.lexicon)
-    lists = lexicons.word_lists(lexicon)
+    if config.lexicon.lower() in lexicons.LOADERS:  # a package's lexicon: the same for the whole process
+        lexicon, lists = _named_lexicon(config.lexicon.lower(), os.environ.get(lexicons.SENTIWORDNET_ENV))
+    else:
+        lexicon = lexicons.load_lexicon(config.lexicon)
+        lists = lexicons.word_lists(lexicon)
     levels = synthetic.make_tasks(lists, config.levels, n=config.n, seed=config.seed, p_e=config.p_e,
                                   p_n=config.p_n)
     return Tasks(lexicon, lists, levels, time.perf_counter() - start)
+
+
+@functools.lru_cache(maxsize=4)
+def _named_lexicon(name: str, sentiwordnet_file: str | None) -> tuple[lexicons.Lexicon, lexicons.WordLists]:
+    """A named lexicon and its word lists, read once a process (SentiWordNet takes about 2 s, and a sweep or
+    validate builds the tasks for every step or model); $LMPROBE_SENTIWORDNET's file is part of the key."""
+    del sentiwordnet_file
+    lexicon = lexicons.load_lexicon(name)
+    for scores in (lexicon.pos, lexicon.neg):  # shared by every caller: read-only
+        scores.flags.writeable = False
+    return lexicon, lexicons.word_lists(lexicon)
 
 
 def generated_tasks(generator, config: Config, tasks: Tasks | None = None, *, cache_dir: str | None = None,
