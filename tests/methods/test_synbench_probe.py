@@ -78,7 +78,7 @@ def test_probe_and_baseline_settings_fail_early():
 
 
 def test_baselines_on_the_cached_representations(tmp_path, monkeypatch):
-    config = synbench.Config(**SMALL, baselines=True, baseline_scale=2.0, baseline_steps=100)
+    config = synbench.Config(**SMALL, baselines=True, baseline_scale=2.0, baseline_steps=25)
     rep = synbench.identity_representation((4,), batch_size=512)
     seen, curves = [], loss_data.loss_data_curves
 
@@ -92,8 +92,8 @@ def test_baselines_on_the_cached_representations(tmp_path, monkeypatch):
     z, y = synbench.represent(rep, config, 2.0, "train")
     np.testing.assert_array_equal(z_seen, z)
     np.testing.assert_array_equal(y_seen, y)
-    assert kwargs["steps"] == 100 and kwargs["seed"] == config.seed
-    assert first == pytest.approx({"scale": 2.0, "n": 512, "steps": 100, **loss_data.loss_data_metrics(curve)})
+    assert kwargs["steps"] == 25 and kwargs["seed"] == config.seed
+    assert first == pytest.approx({"scale": 2.0, "n": 512, "steps": 25, **loss_data.loss_data_metrics(curve)})
     assert first["max_n"] == 460 and (first["esc"] is None or first["esc"] <= 460)  # floor(0.9 n), Table 14
     assert 0 < first["val_loss"] < 1.5 and first["mdl"] > first["sdl"] >= 0
     monkeypatch.setattr(loss_data, "loss_data_curves", lambda *a, **k: pytest.fail("not cached"))
@@ -104,7 +104,7 @@ def test_front_end_robust_probe_and_baselines(tmp_path, capsys):
     out = tmp_path / "run"
     front_end.main(["--model", "identity", "--input_shape", "4", "--n", "256", "--batch_size", "256",
                     "--scales", "0.5,1,2,3,5", "--a_t", "0.7", "--eps", "0,0.2", "--robust_probe", "--probe_steps",
-                    "50", "--baselines", "--baseline_scale", "2", "--baseline_steps", "50", "--output_dir", str(out)])
+                    "50", "--baselines", "--baseline_scale", "2", "--baseline_steps", "10", "--output_dir", str(out)])
     result = json.loads((out / "results.json").read_text())
     assert result["robust_probe"]["epsilon"] == result["argmax_eps"]["0.7"]
     assert set(result["robust_probe"]["robust"]) == {"accuracy", "robust_accuracy"}
