@@ -71,20 +71,24 @@ def build_parser():
 
 COMPILED_ON_ZEROS = ("the method's own code chose the steps, running on the zeros compiled steps return: the "
                      "evaluators' paraphrases decode to nothing, so no candidate reaches the filter and no sample is "
-                     "generated: the filter's embeddings (seeds and candidates) and the target's scoring of generated "
-                     "samples (and a greedy --attack's) are not compiled, their texts coming from the evaluators' "
-                     "output")
+                     "generated. The filter's embedding step is then compiled on the seeds (the candidates are "
+                     "paraphrases of them: its calls are not the run's); the target's scoring of generated samples "
+                     "(and a greedy --attack's) is the seeds' step, compiled with them at their lengths, its calls "
+                     "on samples not counted")
 NOT_COMPILED = ("not compiled: the template parsing and filling, the linear probe of an encoder target and the "
                 "accuracy draws (host-side)")
 
 
 def _compile_only(run: cli.Run, args, data, config, out: str) -> None:
     """Every engine step of the run compiled (cli.compile_only_models): mstemp.run on compile-only Scorers of
-    the target, the evaluators and the filter (one each, as the run loads them), uncached."""
-    cli.compile_only_models(run, args, lambda scorer: mstemp.run(
-        scorer(args.model), {name: scorer(name) for name in args.evaluator}, scorer(args.filter), data, config,
-        target_name=args.model, filter_name=args.filter, cache_dir=None, progress=progress),
-        out, notes=[COMPILED_ON_ZEROS, NOT_COMPILED])
+    the target, the evaluators and the filter (one each, as the run loads them), uncached; then the filter's
+    embedding of the seeds, standing in for the candidates that zeros do not give."""
+    def queries(scorer):
+        mstemp.run(scorer(args.model), {name: scorer(name) for name in args.evaluator}, scorer(args.filter), data,
+                   config, target_name=args.model, filter_name=args.filter, cache_dir=None, progress=progress)
+        semantic_filter.similarities(scorer(args.filter), data.texts, [[text] for text in data.texts])
+
+    cli.compile_only_models(run, args, queries, out, notes=[COMPILED_ON_ZEROS, NOT_COMPILED])
 
 
 def _summary(result: dict, rows: list[dict]) -> str:

@@ -272,7 +272,8 @@ def test_synbench_without_a_language_model_is_refused_in_one_line(tmp_path, caps
 def test_mstemp_compiles_each_models_generation_and_scoring(tmp_path):
     """MSTemp: one report per model of the run (target and evaluator smollm2-135m, one Scorer as the run
     loads it; the filter minilm-l6): the evaluator's generation (prefill and decode loop) at
-    --max_new_tokens for every prompt (4 seeds x 2 candidates), the target's zero-shot scoring."""
+    --max_new_tokens for every prompt (4 seeds x 2 candidates), the target's zero-shot scoring, the filter's
+    embedding (on the seeds: zeros give no candidate)."""
     from experiments import mstemp
 
     mstemp.main(["--model=smollm2-135m", "--evaluator=smollm2-135m", _labelled(tmp_path), "--max_examples=4",
@@ -287,6 +288,8 @@ def test_mstemp_compiles_each_models_generation_and_scoring(tmp_path):
     assert 8 <= rows < 8 + 4 * len(generate)  # every prompt, in batches of at most 4 rows
     assert {"generate", "score"} <= {s["step"] for s in steps}
     assert any("no sample is generated" in n for n in report["models"]["minilm-l6"]["notes"])
+    (embed,) = report["models"]["minilm-l6"]["steps"]
+    assert embed["step"] == "embed" and embed["calls"] == 1 and embed["shapes"][0].startswith("int32[4,")
 
 
 def test_scope_compiles_the_reference_and_each_model(tmp_path, tiny_smollm2_dir):
