@@ -476,14 +476,13 @@ def pallas_attention(q: Array, k: Array, v: Array, mask: Mask, *, scale: float, 
                                         save_residuals=segments is not None)
         if keys is None:
             return jax.vmap(kernel)(q, k, v)
+        with_ids = jax.vmap(lambda q, k, v, ids: kernel(q, k, v, segment_ids=ids))
         if segments is None:
-            return jax.vmap(lambda q, k, v, ids: kernel(q, k, v, segment_ids=ids))(q, k, v,
-                                                                               splash.SegmentIds(keys[:, :t], keys))
+            return with_ids(q, k, v, splash.SegmentIds(keys[:, :t], keys))
         # the prefix (id 0) for every query; then each sequence's own keys (prefix and padding queries: none)
         passes = [splash.SegmentIds(jnp.ones_like(keys), (keys == 0).astype(jnp.int32)),
                   splash.SegmentIds(jnp.where(keys > 0, keys, -1), jnp.where(keys > 0, keys, -2))]
-        (o1, (l1,)), (o2, (l2,)) = (jax.vmap(lambda q, k, v, ids: kernel(q, k, v, segment_ids=ids))(q, k, v, ids)
-                                    for ids in passes)
+        (o1, (l1,)), (o2, (l2,)) = (with_ids(q, k, v, ids) for ids in passes)
         total = jnp.logaddexp(l1, l2)
         out = (o1.astype(jnp.float32) * jnp.exp(l1 - total)[..., None]
                + o2.astype(jnp.float32) * jnp.exp(l2 - total)[..., None])

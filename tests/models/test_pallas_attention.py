@@ -2,7 +2,6 @@
 interpreter against the XLA path, the choice keyed on the platform the step is traced for (a TPU
 topology's on this CPU host), and the compiled v5e program's memory: no [T, T] scores at 8k tokens."""
 
-import contextlib
 import os
 
 import jax
@@ -13,6 +12,7 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from experiments.bench.tpu_attention import temporaries
 from lmprobe.engine.mesh import make_mesh, tracing_on
 from lmprobe.engine.packing import PADDING, visibility
 from lmprobe.engine.steps import packed_hidden
@@ -148,26 +148,6 @@ def v5e_mesh():
     return make_mesh(1, devices=topologies.get_topology_desc(platform="tpu", topology_name="v5e:2x2").devices)
 
 
-def compiled_temporaries(mesh, t: int, *, xla: bool, packed: bool = False) -> int:
-    """Bytes of temporaries per device of causal attention over padded rows of ``t`` tokens, bf16,
-    one row and 8 heads of 128 per v5e chip, as the TPU compiler plans them; ``packed``: packed rows,
-    ``keys`` their segments, the [T, T] visibility built in the program from them."""
-    sharded = NamedSharding(mesh, P("data"))
-    arrays = [jax.ShapeDtypeStruct((4, t, 8, 128), jnp.bfloat16, sharding=sharded) for _ in range(3)]
-
-    def fn(q, k, v, keys):
-        with traced_for("another") if xla else contextlib.nullcontext():  # "another": XLA's attention
-            if not packed:
-                return attention(q, k, v, Mask(keys, causal=True), scale=128 ** -0.5)
-            with packed_segments(keys):
-                mask = Mask(visibility(keys), causal=True, positions=jnp.zeros(keys.shape, jnp.int32))
-                return attention(q, k, v, mask, scale=128 ** -0.5)
-
-    with tracing_on(mesh):
-        lowered = jax.jit(fn).lower(*arrays, jax.ShapeDtypeStruct((4, t), jnp.int32, sharding=sharded))
-    return lowered.compile().memory_analysis().temp_size_in_bytes
-
-
 def test_v5e_program_holds_no_scores_at_8k_tokens():
     """The TPU compiler's temporaries for 8,192 tokens stay well below one head's [T, T] fp32 scores
     (T * T * 4 bytes); XLA's attention, compiled the same way, holds them (the check can fail). Packed rows
@@ -175,10 +155,14 @@ def test_v5e_program_holds_no_scores_at_8k_tokens():
     mesh = v5e_mesh()
     assert mesh.devices.flat[0].platform == "tpu"
     t = 8192
-    assert compiled_temporaries(mesh, t, xla=False) < t * t * 4 / 8
-    assert compiled_temporaries(mesh, t, xla=True) > t * t * 4
-    assert compiled_temporaries(mesh, t, xla=False, packed=True) < t * t / 8
-    assert compiled_temporaries(mesh, t, xla=True, packed=True) > t * t * 4
+
+    def compiled_temporaries(xla: bool, packed: bool = False) -> int:  # one row a chip, 8 heads of 128, bf16
+        return temporaries(mesh, t, 8, 128, xla=xla, packed=packed)
+
+    assert compiled_temporaries(xla=False) < t * t * 4 / 8
+    assert compiled_temporaries(xla=True) > t * t * 4
+    assert compiled_temporaries(xla=False, packed=True) < t * t / 8
+    assert compiled_temporaries(xla=True, packed=True) > t * t * 4
 
 
 def test_a_model_traced_on_a_tpu_mesh_attends_with_the_kernel():

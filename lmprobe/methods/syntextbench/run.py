@@ -162,7 +162,7 @@ def build_tasks(config: Config) -> Tasks:
 
 @functools.lru_cache(maxsize=4)
 def _named_lexicon(name: str, sentiwordnet_file: str | None) -> tuple[lexicons.Lexicon, lexicons.WordLists]:
-    """A named lexicon and its word lists, read once a process (SentiWordNet takes about 2 s, and a sweep or
+    """A named lexicon and its word lists, read once a process (SentiWordNet's parse is slow, and a sweep or
     validate builds the tasks for every step or model); $LMPROBE_SENTIWORDNET's file is part of the key."""
     del sentiwordnet_file
     lexicon = lexicons.load_lexicon(name)
