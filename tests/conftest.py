@@ -18,6 +18,9 @@ and shapes loads its programs instead of compiling them. The folder is $LMPROBE_
 0.5 s to compile); it outlives the session, as the library's own does, so that a rerun of the suite
 compiles only what changed, and is pruned to 2 GiB when a session starts (least recently used programs
 go first).
+
+The user jobs (tests/test_no_torch.py: each front end in its own interpreter, minutes together) start with
+the session's first test and run at the lowest priority beside it, on what the suite's process leaves idle.
 """
 
 import logging
@@ -88,6 +91,35 @@ def pytest_runtest_teardown(item, nextitem):
         logger.removeHandler(handler)
     logger.setLevel(logging.NOTSET)
     logger.propagate = True
+
+
+USER_JOBS = pytest.StashKey()  # the session's tests.user_jobs.Background
+
+
+@pytest.fixture(scope="session", autouse=True)
+def user_jobs_running(request, tmp_path_factory):
+    """The user jobs that the session's tests name (``user_jobs`` markers: tests/test_no_torch.py), started with
+    its first test and run one after another at the lowest priority beside the suite (tests.user_jobs.Background);
+    None when no selected test names one."""
+    jobs = [job for item in request.session.items for marker in item.iter_markers("user_jobs") for job in marker.args]
+    if not jobs:
+        yield None
+        return
+    from tests.user_jobs import Background
+
+    running = Background(jobs, str(tmp_path_factory.mktemp("jobs")))
+    request.config.stash[USER_JOBS] = running
+    yield running
+    running.stop()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """How long each user job took in the background (its test's own time is only the wait)."""
+    running = config.stash.get(USER_JOBS, None)
+    if running is not None and running.seconds:
+        terminalreporter.write_sep("=", "user jobs, run beside the suite (tests/test_no_torch.py)")
+        for job, seconds in running.seconds.items():
+            terminalreporter.write_line(f"{seconds:7.1f} s  {job}  (exit {running.results[job].returncode})")
 
 
 @pytest.fixture(scope="session")

@@ -3,12 +3,14 @@
 packages cannot be imported, and any attempt to import one fails the test. torch is a test
 dependency (transformers' models are the parity reference), never a run-time one: a user's install
 has none, nor lm_eval, nltk, scikit-learn... (those a job may try, as an optional package, and must
-run without). This is where the jobs run: CI's user-install step runs
-only their install check (tests.user_jobs --install_check)."""
+run without). This is where the jobs run (started with the session's first test, at low priority, beside
+the rest of the suite: tests/conftest.py); CI's user-install step runs only their install check
+(tests.user_jobs --install_check)."""
 
 from __future__ import annotations
 
 import json
+import pathlib
 import subprocess
 import sys
 
@@ -40,39 +42,28 @@ def test_the_guard_hides_the_test_extra_and_nothing_a_user_installs():
     assert user_jobs.TORCH_MARK not in done.stderr  # an optional package may be tried: only torch is marked
 
 
-@pytest.fixture(scope="module")
-def jobs_dir(tmp_path_factory):
-    """One folder for every job's output directory, as tests.user_jobs lays them out: a job reads the
-    output of the one it needs (user_jobs.NEEDS) there."""
-    return tmp_path_factory.mktemp("jobs")
-
-
-def finished(job, jobs_dir):
-    """``job``'s output folder, once it ran to the end with the test extra hidden; a job this session has
-    not run yet (a test run alone) is run here, after the job it reads (user_jobs.NEEDS)."""
-    out = jobs_dir / job
-    if (out / user_jobs.WRITES.get(job, "results.json")).is_file() or (job in user_jobs.NO_OUTPUT_DIR and out.is_dir()):
-        return out
-    if user_jobs.NEEDS.get(job):
-        finished(user_jobs.NEEDS[job], jobs_dir)
-    done = user_jobs.run(job, str(out), no_torch=True)
+def finished(job, user_jobs_running):
+    """``job``'s output folder, once it ran to the end with the test extra hidden: the session started the jobs
+    its tests name (``user_jobs`` markers) with its first test (tests/conftest.py), and this waits for it."""
+    done = user_jobs_running.result(job)
     assert user_jobs.TORCH_MARK not in done.stderr, done.stderr[-4000:]
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-    out.mkdir(exist_ok=True)
+    out = pathlib.Path(user_jobs_running.output_dir(job))
     if job not in user_jobs.NO_OUTPUT_DIR:
         assert (out / user_jobs.WRITES.get(job, "results.json")).is_file()
     return out
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("job", list(user_jobs.JOBS))
-def test_front_end_runs_without_torch(job, jobs_dir):
-    finished(job, jobs_dir)
+@pytest.mark.parametrize("job", [pytest.param(job, marks=pytest.mark.user_jobs(job)) for job in user_jobs.JOBS])
+def test_front_end_runs_without_torch(job, user_jobs_running):
+    finished(job, user_jobs_running)
 
 
 @pytest.mark.slow
-def test_syntextbench_compares_an_encoder_and_a_decoder_with_in_context_accuracy_and_baselines(jobs_dir):
-    out = finished("syntextbench", jobs_dir)
+@pytest.mark.user_jobs("syntextbench")
+def test_syntextbench_compares_an_encoder_and_a_decoder_with_in_context_accuracy_and_baselines(user_jobs_running):
+    out = finished("syntextbench", user_jobs_running)
     comparison = json.loads((out / "comparison.json").read_text())
     assert [row["model"] for row in comparison] == ["minilm-l6", "smollm2-135m"]
     smol = json.loads((out / "smollm2-135m" / "results.json").read_text())

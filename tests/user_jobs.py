@@ -18,11 +18,14 @@ settings that take seconds; a job is one command line, as a user types it.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # job -> front end and its flags (--output_dir is added per run)
 JOBS = {
     "smoke": ["smoke"],
@@ -76,7 +79,7 @@ def test_extra_modules() -> list[str]:
                 for line in text.splitlines() if line.strip() and not line.strip().startswith("#")}
 
     setup = configparser.ConfigParser()
-    setup.read(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "setup.cfg"))
+    setup.read(os.path.join(REPO, "setup.cfg"))
     test_only = names(setup["options.extras_require"]["test"]) - names(setup["options"]["install_requires"])
     return sorted(module for module, dists in metadata.packages_distributions().items()
                   if any(d.lower().replace("_", "-") in test_only for d in dists))
@@ -117,20 +120,81 @@ def argv(job: str, output_dir: str) -> list[str]:
     return [name, *flags, *([] if job in NO_OUTPUT_DIR else [f"--output_dir={output_dir}"])]
 
 
-def run(job: str, output_dir: str, *, no_torch: bool = False, timeout: float = 900) -> subprocess.CompletedProcess:
-    """Run ``job`` in a fresh interpreter (the test extra hidden with ``no_torch``); its output captured.
-    ``job`` is a key of JOBS or "<front end> --help"."""
+def command(job: str, output_dir: str, *, no_torch: bool = False) -> list[str]:
+    """The interpreter command line of ``job`` (a key of JOBS or "<front end> --help"), the test extra hidden
+    with ``no_torch``."""
     name, *flags = argv(job, output_dir) if job in JOBS else job.split()
     module = f"experiments.{name}" if name not in ("models", "datasets") else "experiments"
     args = flags if module != "experiments" else [name, *flags]
     if no_torch:
         code = no_torch_code() + f"import runpy; sys.argv = {[module, *args]!r}; runpy.run_module({module!r}, " \
                           "run_name='__main__', alter_sys=True)"
-        command = [sys.executable, "-c", code]
-    else:
-        command = [sys.executable, "-m", module, *args]
+        return [sys.executable, "-c", code]
+    return [sys.executable, "-m", module, *args]
+
+
+def run(job: str, output_dir: str, *, no_torch: bool = False, timeout: float = 900) -> subprocess.CompletedProcess:
+    """Run ``job`` in a fresh interpreter (the test extra hidden with ``no_torch``); its output captured."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(command(job, output_dir, no_torch=no_torch), capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=REPO)
+
+
+class Background:
+    """``jobs`` (and the jobs they need) run one after another, with the test extra hidden, in a thread and at
+    the lowest CPU priority, while the caller goes on: the suite starts them with its first test, so that they
+    use what its own process leaves idle (much of a test is one core's Python, tracing and compiling).
+    ``result(job)`` waits for one; ``stop()`` ends the run, killing a job under way."""
+
+    def __init__(self, jobs, folder: str, *, timeout: float = 900):
+        self.folder, self.timeout = folder, timeout
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # now: a test's monkeypatched variables reach no job
+        self.order = list(dict.fromkeys(j for job in jobs for j in (NEEDS.get(job), job) if j))
+        self.results: dict[str, subprocess.CompletedProcess] = {}
+        self.seconds: dict[str, float] = {}
+        self._done = {job: threading.Event() for job in self.order}
+        self._process: subprocess.Popen | None = None
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run_all, name="user jobs", daemon=True)
+        self._thread.start()
+
+    def output_dir(self, job: str) -> str:
+        return os.path.join(self.folder, job)
+
+    def result(self, job: str) -> subprocess.CompletedProcess:
+        """``job``'s finished process (its output captured), once it ran; a job not started here runs now."""
+        if job not in self._done:
+            return run(job, self.output_dir(job), no_torch=True, timeout=self.timeout)
+        self._done[job].wait()
+        return self.results[job]
+
+    def stop(self) -> None:
+        self._stopped = True
+        if self._process is not None and self._process.poll() is None:
+            self._process.kill()
+        self._thread.join()
+
+    def _run_all(self) -> None:
+        nice = [shutil.which("nice"), "-n", "19"] if shutil.which("nice") else []
+        for job in self.order:
+            start = time.perf_counter()
+            if self._stopped:
+                self.results[job] = subprocess.CompletedProcess(job, -9, "", "stopped before it started")
+            else:
+                self._process = subprocess.Popen(  # in REPO, not where a test may have moved meanwhile
+                    [*nice, *command(job, self.output_dir(job), no_torch=True)], stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE, text=True, env=self.env, cwd=REPO)
+                if self._stopped:
+                    self._process.kill()
+                try:
+                    out, err = self._process.communicate(timeout=self.timeout)
+                except subprocess.TimeoutExpired:
+                    self._process.kill()
+                    out, err = self._process.communicate()
+                    err += f"\nuser_jobs: killed after {self.timeout:.0f} s"
+                self.results[job] = subprocess.CompletedProcess(job, self._process.returncode, out, err)
+            self.seconds[job] = time.perf_counter() - start
+            self._done[job].set()
 
 
 def main(argv_: list[str] | None = None) -> int:
