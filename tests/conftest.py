@@ -20,7 +20,8 @@ compiles only what changed, and is pruned to 2 GiB when a session starts (least 
 go first).
 
 The user jobs (tests/test_no_torch.py: each front end in its own interpreter, minutes together) start with
-the session's first test and run at the lowest priority beside it, on what the suite's process leaves idle.
+the session's first test and run at the lowest priority beside it, on what the suite's process leaves idle,
+with a compilation cache of their own (JOBS_CACHE).
 """
 
 import logging
@@ -67,7 +68,11 @@ def prune(folder: str, max_bytes: int) -> None:
         os.remove(entry.path)
 
 
-prune(CACHE, CACHE_BYTES)
+# the user jobs' own (tests.user_jobs.Background): they run beside the suite's process, and jax writes an entry in
+# place, not by rename: a test's front end reading a program a job is writing would warn of a bad entry
+JOBS_CACHE = CACHE + "-jobs"
+for folder in (CACHE, JOBS_CACHE):
+    prune(folder, CACHE_BYTES)
 os.environ["LMPROBE_COMPILATION_CACHE"] = CACHE  # the front ends the tests run in subprocesses share it
 
 
@@ -107,7 +112,7 @@ def user_jobs_running(request, tmp_path_factory):
         return
     from tests.user_jobs import Background
 
-    running = Background(jobs, str(tmp_path_factory.mktemp("jobs")))
+    running = Background(jobs, str(tmp_path_factory.mktemp("jobs")), env={"LMPROBE_COMPILATION_CACHE": JOBS_CACHE})
     request.config.stash[USER_JOBS] = running
     yield running
     running.stop()

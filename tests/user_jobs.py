@@ -146,9 +146,10 @@ class Background:
     use what its own process leaves idle (much of a test is one core's Python, tracing and compiling).
     ``result(job)`` waits for one; ``stop()`` ends the run, killing a job under way."""
 
-    def __init__(self, jobs, folder: str, *, timeout: float = 900):
+    def __init__(self, jobs, folder: str, *, env: dict | None = None, timeout: float = 900):
         self.folder, self.timeout = folder, timeout
-        self.env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # now: a test's monkeypatched variables reach no job
+        # the environment now (a test's monkeypatched variables reach no job), with ``env`` over it
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.order = list(dict.fromkeys(j for job in jobs for j in (NEEDS.get(job), job) if j))
         self.results: dict[str, subprocess.CompletedProcess] = {}
         self.seconds: dict[str, float] = {}
@@ -164,7 +165,8 @@ class Background:
     def result(self, job: str) -> subprocess.CompletedProcess:
         """``job``'s finished process (its output captured), once it ran; a job not started here runs now."""
         if job not in self._done:
-            return run(job, self.output_dir(job), no_torch=True, timeout=self.timeout)
+            return subprocess.run(command(job, self.output_dir(job), no_torch=True), capture_output=True, text=True,
+                                  timeout=self.timeout, env=self.env, cwd=REPO)
         self._done[job].wait()
         return self.results[job]
 
