@@ -163,10 +163,10 @@ class Background:
         return os.path.join(self.folder, job)
 
     def result(self, job: str) -> subprocess.CompletedProcess:
-        """``job``'s finished process (its output captured), once it ran; a job not started here runs now."""
+        """``job``'s finished process (its output captured), once it ran."""
         if job not in self._done:
-            return subprocess.run(command(job, self.output_dir(job), no_torch=True), capture_output=True, text=True,
-                                  timeout=self.timeout, env=self.env, cwd=REPO)
+            raise KeyError(f"user job {job!r} was not started: mark the test that reads it "
+                           f"@pytest.mark.user_jobs({job!r})")
         self._done[job].wait()
         return self.results[job]
 
@@ -180,23 +180,29 @@ class Background:
         nice = [shutil.which("nice"), "-n", "19"] if shutil.which("nice") else []
         for job in self.order:
             start = time.perf_counter()
-            if self._stopped:
-                self.results[job] = subprocess.CompletedProcess(job, -9, "", "stopped before it started")
-            else:
-                self._process = subprocess.Popen(  # in REPO, not where a test may have moved meanwhile
-                    [*nice, *command(job, self.output_dir(job), no_torch=True)], stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE, text=True, env=self.env, cwd=REPO)
-                if self._stopped:
-                    self._process.kill()
-                try:
-                    out, err = self._process.communicate(timeout=self.timeout)
-                except subprocess.TimeoutExpired:
-                    self._process.kill()
-                    out, err = self._process.communicate()
-                    err += f"\nuser_jobs: killed after {self.timeout:.0f} s"
-                self.results[job] = subprocess.CompletedProcess(job, self._process.returncode, out, err)
-            self.seconds[job] = time.perf_counter() - start
-            self._done[job].set()
+            try:
+                self.results[job] = self._run_one(job, nice)
+            except Exception as error:  # a job that cannot start fails its test instead of hanging it
+                self.results[job] = subprocess.CompletedProcess(job, -1, "", f"user_jobs: {error!r}")
+            finally:
+                self.seconds[job] = time.perf_counter() - start
+                self._done[job].set()
+
+    def _run_one(self, job: str, nice: list) -> subprocess.CompletedProcess:
+        if self._stopped:
+            return subprocess.CompletedProcess(job, -9, "", "stopped before it started")
+        self._process = subprocess.Popen(  # in REPO, not where a test may have moved meanwhile
+            [*nice, *command(job, self.output_dir(job), no_torch=True)], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, env=self.env, cwd=REPO)
+        if self._stopped:
+            self._process.kill()
+        try:
+            out, err = self._process.communicate(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            out, err = self._process.communicate()
+            err += f"\nuser_jobs: killed after {self.timeout:.0f} s"
+        return subprocess.CompletedProcess(job, self._process.returncode, out, err)
 
 
 def main(argv_: list[str] | None = None) -> int:
