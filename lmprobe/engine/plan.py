@@ -260,7 +260,7 @@ class Plan:
                                                        else "  [DOES NOT FIT]")),
             ]
             if s.exhausted:
-                lines[-2:] = [f"    the TPU compiler ran out of memory: temporaries {g(s.temp_bytes)}  [DOES NOT FIT]"]
+                lines[-2:] = [f"    {ran_out(s)}  [DOES NOT FIT]"]
             lines += _cost_lines(s.cost)
         if self.buckets:
             lines.append(f"  largest batch that fits {g(self.hbm_bytes)} (rows per device / global):")
@@ -516,9 +516,19 @@ class Planner:
 
 
 def _exhausted_bytes(message: str) -> int:
-    """The bytes a RESOURCE_EXHAUSTED compile asked for (its message's 'temporaries (32.02G)'), else 2**62."""
+    """The bytes a RESOURCE_EXHAUSTED compile asked for (its message's 'temporaries (32.02G)'), else
+    UNKNOWN_BYTES (a GPU compile that runs out says no figure)."""
     m = re.search(r"temporaries \(([0-9.]+)([KMGT]?)\)", message) or re.search(r"Used ([0-9.]+)([KMGT]?) of", message)
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower() or "b"]) if m else 2**62
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower() or "b"]) if m else UNKNOWN_BYTES
+
+
+UNKNOWN_BYTES = 2**62  # an exhausted compile's temporaries when its message gives no figure: more than any device
+
+
+def ran_out(step: StepMemory) -> str:
+    """'the compiler ran out of memory' and the temporaries it asked for, when its message said."""
+    known = step.temp_bytes < UNKNOWN_BYTES
+    return "the compiler ran out of memory" + (f" (temporaries {format_bytes(step.temp_bytes)})" if known else "")
 
 
 def _buckets_for(max_length: int, buckets: Sequence[int] | None) -> list[int]:
@@ -645,12 +655,12 @@ def check_fits(config_or_name, *, dtype=jnp.float32, mesh: Mesh | None = None, s
             out.step_memory = step
         if step is None or (step.peak_bytes <= hbm and not step.exhausted):
             continue
-        needs = (f"the TPU compiler ran out of memory (temporaries {g(step.temp_bytes)})" if step.exhausted
+        needs = (ran_out(step) if step.exhausted
                  else f"its {planner.step_name} step needs {g(step.peak_bytes)} per device")
+        temporaries = "" if step.exhausted else f", activations and other temporaries {g(step.temp_bytes)}"
         raise LmprobeError(
             f"{name} does not fit at {rows} rows per device x {length} tokens: {needs} "
-            f"(parameters {g(out.param_bytes_per_device)}, "
-            f"activations and other temporaries {g(step.temp_bytes)}; {where}) and a device has "
+            f"(parameters {g(out.param_bytes_per_device)}{temporaries}; {where}) and a device has "
             f"{g(hbm)}: {_step_fixes(planner, mesh, strategy, hbm, rows, length)}")
     return out
 

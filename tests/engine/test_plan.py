@@ -231,3 +231,14 @@ def test_fsdp_activations_stay_split_over_the_batch(tiny_planner):
     alone = tiny_planner.step(one, "fsdp", rows, length).temp_bytes
     split = tiny_planner.step(MESH, "fsdp", rows, length).temp_bytes
     assert split < 1.5 * alone, (split, alone)
+
+
+def test_a_compile_that_runs_out_says_the_figure_only_when_the_compiler_gave_one():
+    """XLA's TPU compiler names the temporaries it asked for; a CUDA compile that runs out (seen on an H200:
+    autotuning at 16 rows x 32768 tokens) names none, and the plan then prints no made-up figure."""
+    tpu = P._exhausted_bytes("RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm. ... temporaries (32.02G)")
+    gpu = P._exhausted_bytes("RESOURCE_EXHAUSTED: Failed to allocate request for 512.00GiB on device ordinal 0")
+    step = lambda temp: P.StepMemory(16, 16, 32768, 0, 0, temp, 0, 0, 1.0, exhausted=True)  # noqa: E731
+    assert tpu == int(32.02 * 2**30) and gpu == P.UNKNOWN_BYTES
+    assert P.ran_out(step(tpu)) == "the compiler ran out of memory (temporaries 32.02 GiB)"
+    assert P.ran_out(step(gpu)) == "the compiler ran out of memory"
