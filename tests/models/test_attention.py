@@ -156,7 +156,9 @@ LONG, BLOCK = 19, 8  # a row of 3 query blocks, the last one partial
 
 
 def forced(monkeypatch, blocked: bool, block: int = BLOCK):
-    """Send every causal row of the 'xla' path through the blocked attention (or none)."""
+    """Send every causal row of the 'xla' path through the blocked attention (or none), on any device: the
+    blocked path is the CPU's, so attention is traced as for a CPU (on a GPU, bf16 would take cuDNN)."""
+    monkeypatch.setattr(layers, "target_platform", lambda: "cpu")
     monkeypatch.setattr(layers, "BLOCKED_FROM", 0 if blocked else 10 ** 9)
     monkeypatch.setattr(layers, "BLOCK", block)
 
