@@ -137,7 +137,10 @@ def _main(argv=None):
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(result.to_dict(), f, indent=2, default=str)
     if result.fits is False:
-        check_fits(model, **kwargs)  # raises, naming the flag that fixes it
+        fit = check_fits(model, **kwargs)  # raises, naming the flag that fixes it, unless fewer rows fit
+        if fit is not None and fit.max_tokens is not None:
+            print(f"fewer rows fit at {fit.max_length} tokens: a run caps its batches at {fit.max_tokens} tokens per "
+                  f"device ({fit.max_tokens // fit.max_length} rows of {fit.max_length} tokens) by itself")
 
 
 if __name__ == "__main__":

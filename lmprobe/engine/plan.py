@@ -213,6 +213,7 @@ class Plan:
     buckets: list[BucketFit] = dataclasses.field(default_factory=list)
     notes: list[str] = dataclasses.field(default_factory=list)
     target: str | None = None  # the TPU slice compiled for (lmprobe.engine.targets), if any
+    max_tokens: int | None = None  # check_fits: the tokens a batch may hold per device to fit, where rows must shrink
 
     @property
     def params_fit(self) -> bool | None:
@@ -623,8 +624,12 @@ def check_fits(config_or_name, *, dtype=jnp.float32, mesh: Mesh | None = None, s
     per data shard (capped at ``max_tokens`` tokens, as the Scorer does) up to ``max_length``
     tokens, does not fit ``hbm_bytes`` per device (default: the mesh devices' own limit).
 
-    Reads no weights: call it before loading. Returns the plan (parameters, and the step at the
-    largest bucket), or None, compiling nothing, when no memory limit is known (CPU).
+    Without ``max_tokens``, a model whose longest bucket fits fewer rows than ``batch_size`` (a long
+    context: 16 rows of 32k tokens) is no error: the plan's ``max_tokens`` is then the rows that fit
+    there times ``max_length``, for the Scorer to cap its batches at (shorter buckets keep up to
+    ``batch_size`` rows, within as many tokens). Reads no weights: call it before loading. Returns the
+    plan (parameters, and the step at the largest bucket), or None, compiling nothing, when no memory
+    limit is known (CPU).
     """
     mesh = mesh if mesh is not None else target_mesh(target) if target is not None else make_mesh()
     hbm = hbm_bytes if hbm_bytes is not None else target.chip.hbm_bytes if target is not None else device_hbm(
@@ -643,7 +648,29 @@ def check_fits(config_or_name, *, dtype=jnp.float32, mesh: Mesh | None = None, s
             f"and a device has {g(hbm)}: " + "; or ".join(_param_fixes(planner, mesh, strategy, hbm)))
     if not planner.takes_text:
         return out
-    # The largest bucket at its rows; with max_tokens also the longest bucket that gets full rows.
+    misfit = _first_misfit(planner, mesh, strategy, batch_size, max_length, max_tokens, hbm, out)
+    if misfit is not None and max_tokens is None and misfit[0] > 1 and misfit[1] == max_length:
+        rows = misfit[0]
+        fit = planner.largest_rows(mesh, strategy, max_length, hbm, probe=max(2, rows // 2), cap=rows - 1)
+        capped = fit.rows * max_length
+        if fit.rows and _first_misfit(planner, mesh, strategy, batch_size, max_length, capped, hbm, out) is None:
+            out.max_tokens, misfit = capped, None
+    if misfit is not None:
+        rows, length, step = misfit
+        needs = (ran_out(step) if step.exhausted
+                 else f"its {planner.step_name} step needs {g(step.peak_bytes)} per device")
+        temporaries = "" if step.exhausted else f", activations and other temporaries {g(step.temp_bytes)}"
+        raise LmprobeError(
+            f"{name} does not fit at {rows} rows per device x {length} tokens: {needs} "
+            f"(parameters {g(out.param_bytes_per_device)}{temporaries}; {where}) and a device has "
+            f"{g(hbm)}: {_step_fixes(planner, mesh, strategy, hbm, rows, length)}")
+    return out
+
+
+def _first_misfit(planner: Planner, mesh: Mesh, strategy: str, batch_size: int, max_length: int,
+                  max_tokens: int | None, hbm: int, out: Plan) -> tuple[int, int, StepMemory] | None:
+    """(rows, length, step) of the first step that does not fit ``hbm``, of the largest bucket at its rows and,
+    with ``max_tokens``, the longest bucket that gets full rows; None when both fit. Sets ``out.step_memory``."""
     lengths = [max_length]
     if batch_size_for(max_length, batch_size, max_tokens) < batch_size:
         full = [b for b in LENGTH_BUCKETS if b < max_length and batch_size_for(b, batch_size, max_tokens) == batch_size]
@@ -653,16 +680,9 @@ def check_fits(config_or_name, *, dtype=jnp.float32, mesh: Mesh | None = None, s
         step = planner.step(mesh, strategy, rows, length)
         if length == max_length:
             out.step_memory = step
-        if step is None or (step.peak_bytes <= hbm and not step.exhausted):
-            continue
-        needs = (ran_out(step) if step.exhausted
-                 else f"its {planner.step_name} step needs {g(step.peak_bytes)} per device")
-        temporaries = "" if step.exhausted else f", activations and other temporaries {g(step.temp_bytes)}"
-        raise LmprobeError(
-            f"{name} does not fit at {rows} rows per device x {length} tokens: {needs} "
-            f"(parameters {g(out.param_bytes_per_device)}{temporaries}; {where}) and a device has "
-            f"{g(hbm)}: {_step_fixes(planner, mesh, strategy, hbm, rows, length)}")
-    return out
+        if step is not None and (step.peak_bytes > hbm or step.exhausted):
+            return rows, length, step
+    return None
 
 
 def _param_fixes(planner: Planner, mesh: Mesh, strategy: str, hbm: int) -> list[str]:

@@ -196,16 +196,20 @@ class Scorer:
         ``dtype``: a jnp dtype, or a name for ``runtime.resolve_dtype`` ('auto': bfloat16 on GPU
         and TPU, float32 on CPU). Prints the batch geometry once (process 0). Where the device
         reports its memory (GPU, TPU), the memory plan first checks, before any weight is read,
-        that the parameters and the largest bucket's step fit (lmprobe.engine.plan.check_fits).
+        that the parameters and the largest bucket's step fit (lmprobe.engine.plan.check_fits); where
+        only fewer rows fit the largest bucket and no ``max_tokens`` is given, batches hold at most
+        the tokens that fit there.
         ``revision``: the hub revision (branch, tag or commit) of a hub model; ``progress``
         (tqdm-like) counts the parameters read."""
         base, variants = split_name(name)
         initialize_distributed()
         dtype = resolve_dtype(dtype) if isinstance(dtype, str) else dtype
         mesh = make_mesh(model_parallel)
-        check_fits(base, dtype=dtype, mesh=mesh, strategy=strategy, batch_size=kwargs.get("batch_size", 16),
-                   max_length=kwargs.get("max_length"), max_tokens=kwargs.get("max_tokens"), offline=offline,
-                   revision=revision)
+        fit = check_fits(base, dtype=dtype, mesh=mesh, strategy=strategy, batch_size=kwargs.get("batch_size", 16),
+                         max_length=kwargs.get("max_length"), max_tokens=kwargs.get("max_tokens"), offline=offline,
+                         revision=revision)
+        if fit is not None and fit.max_tokens is not None:  # a long context: fewer rows fit its longest bucket
+            kwargs["max_tokens"] = fit.max_tokens
         loaded = load_checkpoint(base, dtype=dtype, place=placement(mesh, strategy), offline=offline,
                                  allow_pickle=allow_pickle, revision=revision, progress=progress)
         model, tokenizer = loaded.model, loaded.tokenizer
@@ -218,6 +222,8 @@ class Scorer:
         scorer = cls(model, tokenizer, mesh=mesh, strategy=strategy, identity=about, **kwargs)
         d = scorer.runner.data_parallel
         budget = f", at most {scorer.max_tokens} tokens per device" if scorer.max_tokens else ""
+        if fit is not None and fit.max_tokens is not None:
+            budget += f" (the memory plan: {fit.max_tokens // fit.max_length} rows of {fit.max_length} tokens fit)"
         line = (f"batch: {scorer.batch_size} per device x {d} data-parallel device{'s' * (d > 1)} = "
                 f"{scorer.batch_size * d} sequences per batch{budget}")
         if line not in BATCH_LINES:  # a run that loads several models says it once

@@ -3,6 +3,7 @@ the no-fit errors, and that planning never opens a tensor file. Tiny configs onl
 the cost); the 8 CPU devices come from tests/conftest.py."""
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -134,11 +135,35 @@ def test_no_fit_names_model_parallel_without_compiling():
         P.check_fits(TINY, mesh=MESH, strategy="fsdp", hbm_bytes=hand_count("fsdp", 8, 1) - 1)
 
 
-def test_no_fit_at_the_batch_names_batch_size(shared_compiles):
+def test_fewer_rows_at_the_longest_bucket_cap_the_tokens_and_a_given_cap_is_kept(shared_compiles):
+    """A long context (the plan's 64 tokens here; 32k for gemma3 on an H200) where fewer rows than the batch fit:
+    the plan caps the tokens a batch holds instead of refusing. A cap the caller gave that does not fit is an
+    error naming batch_size."""
     one_row = P.plan(TINY, mesh=MESH, batch_size=1, max_length=64, search=False).step_memory.peak_bytes
+    hbm = int(one_row * 1.2)
+    fit = P.check_fits(TINY, mesh=MESH, batch_size=4, max_length=64, hbm_bytes=hbm)
+    rows = fit.max_tokens // 64
+    assert fit.max_tokens == rows * 64 and 1 <= rows < 4
+    assert fit.step_memory.rows == rows and fit.step_memory.peak_bytes <= hbm
+    assert P.plan(TINY, mesh=MESH, batch_size=rows + 1, max_length=64, search=False).step_memory.peak_bytes > hbm
+    assert P.check_fits(TINY, mesh=MESH, batch_size=4, max_length=64, hbm_bytes=4 * one_row).max_tokens is None
     with pytest.raises(LmprobeError, match=r"`batch_size=\d+` ") as err:
-        P.check_fits(TINY, mesh=MESH, batch_size=4, max_length=64, hbm_bytes=int(one_row * 1.2))
+        P.check_fits(TINY, mesh=MESH, batch_size=4, max_length=64, max_tokens=256, hbm_bytes=hbm)
     assert "4 rows per device x 64 tokens" in str(err.value)
+
+
+def test_a_scorer_takes_the_plans_token_cap(monkeypatch, tiny_llama_dir, caplog):
+    """Where the device reports its memory (GPU, TPU; simulated here), Scorer.load caps its batches at what the
+    plan found fits the longest bucket, and says so in its batch line."""
+    from lmprobe.engine import Scorer, scorer
+
+    one_row = P.plan(str(tiny_llama_dir), batch_size=1, max_length=64, search=False).step_memory.peak_bytes
+    monkeypatch.setattr(P, "device_hbm", lambda devices: int(one_row * 1.2))
+    monkeypatch.setattr(scorer, "BATCH_LINES", set())
+    with caplog.at_level(logging.INFO, logger="lmprobe"):
+        loaded = Scorer.load(str(tiny_llama_dir), batch_size=4, max_length=64)
+    assert loaded.max_tokens is not None and loaded.max_tokens % 64 == 0 and loaded.max_tokens < 4 * 64
+    assert f"at most {loaded.max_tokens} tokens per device (the memory plan:" in caplog.text
 
 
 def test_max_tokens_caps_the_rows_as_the_scorer_does(shared_compiles):
