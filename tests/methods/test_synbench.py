@@ -74,6 +74,17 @@ def test_bad_settings_fail_before_any_model():
         synbench.run(synbench.identity_representation((4,)), config)
 
 
+def test_lp_budgets_wider_than_the_sample_fail_after_the_first_split():
+    """An l_p budget (p != 2) needs n >= the representation's width: said once the first split is embedded, not
+    after every scale's two splits (a model's embeddings are the run's cost)."""
+    calls = []
+    counted = synbench.function_representation("wide", lambda x: calls.append(len(x)) or x, (16,), batch_size=8)
+    config = synbench.Config(n=8, batch_size=8, scales=(0.5, 1.0, 2.0), norm=1.0, epsilons=(0.0, 0.1))
+    with pytest.raises(LmprobeError, match=r"need n >= representation size: n=8, size 16; raise `n`"):
+        synbench.run(counted, config)
+    assert calls == [8]  # one batch of the first split, of six splits
+
+
 def test_absolute_eps_beyond_every_class_mean_distance_is_an_error():
     shrink = synbench.function_representation("shrink", lambda x: 1e-3 * x, (8,), batch_size=256)
     config = synbench.Config(n=256, batch_size=256, epsilons=(0.0, 0.5), relative_epsilon=False, a_t=(0.7,))

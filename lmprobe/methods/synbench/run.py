@@ -90,10 +90,7 @@ def representation_summary(z_train, y_train, z_test, y_test, config: Config, *,
                        y_test[i], eps, tau=config.prior, relative_epsilon=config.relative_epsilon, eig_atol=0.0)
                for i in range(z_train.shape[0])]  # per scale: keeps [E, n, k] off the memory peak
         return kernels.MarginSummary(*(jnp.stack(parts) for parts in zip(*out)))
-    if z_train.shape[-1] > z_train.shape[-2]:
-        raise LmprobeError(f"l_p budgets with p={config.norm} act in the representation's own coordinates "
-                           f"and need n >= representation size: n={z_train.shape[-2]}, size "
-                           f"{z_train.shape[-1]}; raise `n` or use `norm=2`")
+    check_lp_width(z_train.shape[-2], z_train.shape[-1], config)
     return program("lp_accuracy_bound", _lp_summary, z_train, y_train, z_test, y_test, eps, p=config.norm,
                    tau=config.prior, relative_epsilon=config.relative_epsilon)
 
@@ -217,6 +214,14 @@ def n_for_width(width: int, ratio: float = DEFAULT_N_RATIO) -> int:
     return max(8, math.ceil(ratio * width))
 
 
+def check_lp_width(n: int, width: int, config: Config) -> None:
+    """LmprobeError when l_p budgets (p != 2), which act in the representation's own coordinates, get fewer
+    samples ``n`` than the representation's ``width``."""
+    if config.norm != 2 and width > n:
+        raise LmprobeError(f"l_p budgets with p={config.norm} act in the representation's own coordinates "
+                           f"and need n >= representation size: n={n}, size {width}; raise `n` or use `norm=2`")
+
+
 def check_sample_size(width: int, config: Config) -> None:
     """LmprobeError unless the bias-corrected score is defined for representations of ``width``
     (2 n - width - 3 > 0 over both splits of n samples)."""
@@ -281,6 +286,7 @@ def run(rep: Representation, config: Config, *, cache_dir: str | None = None,
                 target += per_split
                 ticker.advance_to(target)  # a split read from the cache moves the bar at once
                 check_representations(rep.name, reps, scale)
+                check_lp_width(config.n, reps.shape[-1], config)  # after the first split, not all of them
                 z[split].append(reps)
                 y[split].append(labels.astype(np.int32))
 
