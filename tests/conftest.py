@@ -21,7 +21,8 @@ go first).
 
 The user jobs (tests/test_no_torch.py: each front end in its own interpreter, minutes together) start with
 the session's first test and run at the lowest priority beside it, on what the suite's process leaves idle,
-with a compilation cache of their own (JOBS_CACHE).
+with a compilation cache of their own (JOBS_CACHE); so do the jobs that a ``starts_early`` marker names (the
+two-process job of tests/engine/test_multiprocess.py; EARLY_CACHE).
 """
 
 import logging
@@ -71,7 +72,8 @@ def prune(folder: str, max_bytes: int) -> None:
 # the user jobs' own (tests.user_jobs.Background): they run beside the suite's process, and jax writes an entry in
 # place, not by rename: a test's front end reading a program a job is writing would warn of a bad entry
 JOBS_CACHE = CACHE + "-jobs"
-for folder in (CACHE, JOBS_CACHE):
+EARLY_CACHE = CACHE + "-early"  # likewise the jobs a starts_early marker starts (they run beside both)
+for folder in (CACHE, JOBS_CACHE, EARLY_CACHE):
     prune(folder, CACHE_BYTES)
 os.environ["LMPROBE_COMPILATION_CACHE"] = CACHE  # the front ends the tests run in subprocesses share it
 
@@ -116,6 +118,37 @@ def user_jobs_running(request, tmp_path_factory):
     request.config.stash[USER_JOBS] = running
     yield running
     running.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def started_early(request, tmp_path_factory):
+    """Subprocess jobs that selected tests read, started with the session's first test to run beside the suite:
+    a test's ``starts_early("module:function")`` marker names a function(request, folder) that starts them and
+    returns an object with ``stop()``. The fixture gives ``started(name)``: that object, or the error that
+    starting it raised (raised in the test that reads it, not in every test)."""
+    import importlib
+
+    names = dict.fromkeys(m.args[0] for item in request.session.items for m in item.iter_markers("starts_early"))
+    started = {}
+    for name in names:
+        module, function = name.split(":")
+        try:
+            started[name] = getattr(importlib.import_module(module), function)(request, tmp_path_factory.mktemp(
+                function))
+        except Exception as e:  # noqa: BLE001  (the reading test fails with it)
+            started[name] = e
+
+    def get(name: str):
+        if name not in started:
+            raise KeyError(f"{name} was not started: mark the test @pytest.mark.starts_early({name!r})")
+        if isinstance(started[name], Exception):
+            raise started[name]
+        return started[name]
+
+    yield get
+    for job in started.values():
+        if not isinstance(job, Exception):
+            job.stop()
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

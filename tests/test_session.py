@@ -25,3 +25,10 @@ def test_every_compiled_program_goes_to_the_tests_cache_the_front_ends_share():
     assert directory and os.environ["LMPROBE_COMPILATION_CACHE"] == directory
     assert directory != os.path.join(os.path.expanduser("~"), ".cache", "lmprobe", "jax")  # not the user's runs'
     assert jax.config.jax_persistent_cache_min_compile_time_secs == 0
+
+
+def test_a_job_the_session_did_not_start_names_the_marker_to_add(started_early):
+    """Jobs a ``starts_early`` marker names start with the session (tests/engine/test_multiprocess.py's); asking for
+    one no selected test marked is an error that says which marker to add."""
+    with pytest.raises(KeyError, match=r"mark the test @pytest.mark.starts_early\('tests.nowhere:start'\)"):
+        started_early("tests.nowhere:start")
