@@ -120,6 +120,11 @@ def user_jobs_running(request, tmp_path_factory):
     running.stop()
 
 
+def pytest_collection_modifyitems(session, config, items):
+    """The tests that read early-started jobs (``starts_early``) run last, by when their jobs are done."""
+    items.sort(key=lambda item: item.get_closest_marker("starts_early") is not None)  # stable: else as collected
+
+
 @pytest.fixture(scope="session", autouse=True)
 def started_early(request, tmp_path_factory):
     """Subprocess jobs that selected tests read, started with the session's first test to run beside the suite:
