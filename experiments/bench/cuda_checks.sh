@@ -41,10 +41,6 @@ cat "$OUT/env.log"
 # carried wheels (gguf: the image lacks it); jax stays the image's (its CUDA plugin)
 $PY -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$BUNDLE"/whl/*.whl >>"$OUT/env.log" 2>&1
 export PYTHONPATH=/tmp/site:$PWD
-if ! $PY -c "from flax import nnx; import lmprobe.engine" >>"$OUT/env.log" 2>&1; then
-    echo "lmprobe does not import with the carried flax on this jax: the image's flax instead" | tee -a "$OUT/env.log"
-    rm -rf /tmp/site/flax /tmp/site/flax-*
-fi
 
 mkdir -p /tmp/models && tar xzf "$BUNDLE/models.tgz" -C /tmp
 stage weights 50 $PY -m experiments.bench.random_weights weights /tmp/models

@@ -208,7 +208,8 @@ class Scorer:
         fit = check_fits(base, dtype=dtype, mesh=mesh, strategy=strategy, batch_size=kwargs.get("batch_size", 16),
                          max_length=kwargs.get("max_length"), max_tokens=kwargs.get("max_tokens"), offline=offline,
                          revision=revision)
-        if fit is not None and fit.max_tokens is not None:  # a long context: fewer rows fit its longest bucket
+        capped = fit is not None and fit.max_tokens is not None  # a long context: fewer rows fit its longest bucket
+        if capped:
             kwargs["max_tokens"] = fit.max_tokens
         loaded = load_checkpoint(base, dtype=dtype, place=placement(mesh, strategy), offline=offline,
                                  allow_pickle=allow_pickle, revision=revision, progress=progress)
@@ -222,7 +223,7 @@ class Scorer:
         scorer = cls(model, tokenizer, mesh=mesh, strategy=strategy, identity=about, **kwargs)
         d = scorer.runner.data_parallel
         budget = f", at most {scorer.max_tokens} tokens per device" if scorer.max_tokens else ""
-        if fit is not None and fit.max_tokens is not None:
+        if capped:
             budget += f" (the memory plan: {fit.max_tokens // fit.max_length} rows of {fit.max_length} tokens fit)"
         line = (f"batch: {scorer.batch_size} per device x {d} data-parallel device{'s' * (d > 1)} = "
                 f"{scorer.batch_size * d} sequences per batch{budget}")

@@ -20,6 +20,7 @@ import textwrap
 import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+NICE = 10  # the jobs run beside the suite: below its process, above the user jobs (19)
 TIMEOUT_S = 420
 TOLERANCE = 1e-6
 # what differs between two runs of the same computation: clocks, and where and how it ran
@@ -93,10 +94,10 @@ def _env(devices: int, **extra) -> dict:
     return env
 
 
-def _start(out_dir, models, env, log_prefix, nice: int = 0):
+def _start(out_dir, models, env, log_prefix):
     stdout, stderr = open(f"{log_prefix}.out", "w"), open(f"{log_prefix}.err", "w")
     proc = subprocess.Popen(
-        ["nice", "-n", str(nice), sys.executable, "-c", DRIVER, str(out_dir), *models], cwd=REPO, env=env,
+        ["nice", "-n", str(NICE), sys.executable, "-c", DRIVER, str(out_dir), *models], cwd=REPO, env=env,
         stdout=stdout, stderr=stderr,
     )
     return proc, log_prefix
@@ -154,27 +155,16 @@ def test_compare_ignores_timings_and_finds_differences():
 
 METHODS = ("byod", "syntextbench", "synbench")
 SUMMARIES = ("== BYOD", "SynTextBench score", "SynBench-Score", "results in")
-NICE = 10  # below the suite's process, above the user jobs (19)
-
-
 class Jobs:
     """The one-process job and the two-process job (three processes), started together at ``NICE``."""
 
     def __init__(self, folder, models, cache: str):
         port = _free_port()
         self.folder = folder
-        self.started = [_start(folder / "one", models, _env(4, LMPROBE_COMPILATION_CACHE=cache), str(folder / "one"),
-                               NICE)] + [
-            _start(
-                folder / "two",
-                models,
-                _env(2, JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(i),
-                     LMPROBE_COMPILATION_CACHE=cache),
-                str(folder / f"two-p{i}"),
-                NICE,
-            )
-            for i in range(2)
-        ]
+        pair = [_env(2, JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(i),
+                     LMPROBE_COMPILATION_CACHE=cache) for i in range(2)]
+        self.started = [_start(folder / "one", models, _env(4, LMPROBE_COMPILATION_CACHE=cache), str(folder / "one"))]
+        self.started += [_start(folder / "two", models, env, str(folder / f"two-p{i}")) for i, env in enumerate(pair)]
 
     def finish(self) -> dict:
         return _finish(self.started)
