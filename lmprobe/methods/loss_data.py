@@ -12,8 +12,13 @@ cross-entropy of a probe trained on the first n training examples, averaged over
 Probe (reference recipe): MLP D -> 512 -> 512 -> C with ReLU, softmax cross-entropy, Adam
 lr 1e-4, batch 256, a fixed number of steps without early stopping, 5 seeds. The last 10% of
 the rows are the validation set; sizes n_i = ceil(logspace(1, log10(N_train), n_points)).
-Every (size, seed) job trains at once: one jitted Adam step vmapped over the jobs, each job
-drawing its minibatches uniformly (with replacement) from its own prefix of the training rows.
+The (size, seed) jobs train vmapped, one jitted Adam step over many jobs, each job drawing its
+minibatches uniformly (with replacement) from its own prefix of the training rows. The jobs whose
+prefix holds at most half a batch (n <= 128 of 256; all of them when the training rows are fewer
+than a batch) compute their steps on the first R rows, R the longest of their prefixes, with each
+row weighted by how often the batch drew it (0: not drawn): the same mean loss and gradient as on
+the drawn rows, up to float rounding, in R/256 of the FLOPs. They share one program, the other jobs
+another; the programs run one after another.
 
 Resolved from the paper's tables (000 App. A.10, Tables 7 and 9):
 - n_points = 10 and N_train = floor(0.9 N): eSC_1 equals 3686 / 7372 / 14745 / 29491 for
@@ -174,34 +179,55 @@ def seed_keys(seed: int, seeds: int) -> jax.Array:
 
 def train_jobs(
     keys, sizes, x_train, y_train, x_val, y_val, config: ProbeConfig, *, batched: bool = True,
-    progress: Callable = no_progress, desc: str = "loss-data baselines", program: Callable = run_here,
+    weighted_prefixes: bool = True, progress: Callable = no_progress, desc: str = "loss-data baselines",
+    program: Callable = run_here,
 ) -> np.ndarray:
     """Validation loss (nats) of each job j = (keys[j], sizes[j]) after ``config.steps`` steps.
 
-    batched=True runs all jobs at once (jitted steps vmapped over the jobs), its steps through
-    ``progress``; batched=False runs them one by one through the same step without vmap (the
-    reference for the vmap)."""
+    batched=True runs all jobs at once (jitted steps vmapped over the jobs of one program), its steps
+    through ``progress``; the jobs of short prefixes run on the first rows, weighted by their draws (as the
+    module says), unless ``weighted_prefixes`` is False. batched=False runs the jobs one by one through the
+    step without vmap, on the drawn rows: the reference for both."""
     x_train, y_train = jnp.asarray(x_train, jnp.float32), jnp.asarray(y_train, jnp.int32)
     val = _chunk_validation(x_val, y_val)
-    keys, sizes = jnp.asarray(keys), jnp.asarray(sizes, jnp.int32)
+    keys, sizes = jnp.asarray(keys), np.asarray(sizes, np.int32)
     fns = _job_functions(config, int(x_train.shape[1]), batched)
     if not batched:
-        return np.array([_run(fns, keys[j], sizes[j], x_train, y_train, val, config)
+        return np.array([_run(fns, [(config.batch_size, keys[j], sizes[j])], x_train, y_train, val, config)[0]
                          for j in range(len(sizes))])
-    return np.asarray(_run(fns, keys, sizes, x_train, y_train, val, config, progress, desc, program))
+    rows = np.full(len(sizes), config.batch_size)
+    short = (sizes <= config.batch_size // 2) | (len(x_train) < config.batch_size)
+    if weighted_prefixes and short.any():
+        rows[short] = sizes[short].max()
+    groups = {int(r): np.flatnonzero(rows == r) for r in np.unique(rows)}
+    losses = _run(fns, [(r, keys[jobs], jnp.asarray(sizes[jobs])) for r, jobs in groups.items()],
+                  x_train, y_train, val, config, progress, desc, program)
+    out = np.empty(len(sizes), np.float32)
+    for jobs, loss in zip(groups.values(), losses, strict=True):
+        out[jobs] = np.asarray(loss)
+    return out
 
 
-def _run(fns, keys, sizes, x_train, y_train, val, config, progress=no_progress, desc="", program=run_here):
-    """Init, ``config.steps`` Adam steps in calls of at most _STEPS_PER_CALL, validation loss."""
-    init_keys, data_keys = program("probe_keys", fns.split, keys)
-    params, opt_state = program("probe_init", fns.init, init_keys)
+def _run(fns, groups, x_train, y_train, val, config, progress=no_progress, desc="", program=run_here) -> list:
+    """For each group (rows, keys, sizes) of jobs that one program trains on ``rows`` rows a step, one group after
+    another (one group's probes in memory at a time): init, ``config.steps`` Adam steps in calls of at most
+    _STEPS_PER_CALL, validation loss. One bar over all the calls."""
     starts = range(0, config.steps, _STEPS_PER_CALL)
-    for start in progress(starts, desc=f"{desc} ({plural(config.steps, 'step')})", total=len(starts)):
+    calls = [(group, start) for group in groups for start in starts]
+    programs = f", {len(groups)} programs" if len(groups) > 1 else ""
+    losses = []
+    for (rows, keys, sizes), start in progress(calls, desc=f"{desc} ({plural(config.steps, 'step')}{programs})",
+                                               total=len(calls)):
+        if start == 0:
+            init_keys, data_keys = program("probe_keys", fns.split, keys)
+            params, opt_state = program("probe_init", fns.init, init_keys)
         count = min(_STEPS_PER_CALL, config.steps - start)
         params, opt_state = program("probe_train", fns.train, params, opt_state, sizes, data_keys, x_train, y_train,
-                                    start, count)
+                                    start, count, rows)
         jax.block_until_ready(params)  # the bar follows the device, not the dispatch
-    return program("probe_loss", fns.val_loss, params, *val)
+        if start + count == config.steps:
+            losses.append(program("probe_loss", fns.val_loss, params, *val))
+    return losses
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,11 +255,15 @@ def _job_functions(config: ProbeConfig, dim: int, batched: bool) -> _JobFunction
                            "b": jnp.zeros((fan_out,), jnp.float32)})
         return params, optimizer.init(params)
 
-    def train(params, opt_state, size, data_key, x_train, y_train, start, count):
+    def train(params, opt_state, size, data_key, x_train, y_train, start, count, rows):
         def step(carry, t):
             params, opt_state = carry
             idx = jax.random.randint(jax.random.fold_in(data_key, t), (config.batch_size,), 0, size)
-            grads = jax.grad(_mean_cross_entropy)(params, x_train[idx], y_train[idx])
+            if rows == config.batch_size:  # the drawn rows
+                grads = jax.grad(_mean_cross_entropy)(params, x_train[idx], y_train[idx])
+            else:  # size <= rows < batch: the first rows, each weighted by its share of the draws (0: not drawn)
+                weights = jnp.zeros(rows, jnp.float32).at[idx].add(1.0 / config.batch_size)
+                grads = jax.grad(_weighted_cross_entropy)(params, x_train[:rows], y_train[:rows], weights)
             updates, opt_state = optimizer.update(grads, opt_state, params)
             return (optax.apply_updates(params, updates), opt_state), None
 
@@ -250,9 +280,9 @@ def _job_functions(config: ProbeConfig, dim: int, batched: bool) -> _JobFunction
     if batched:
         split = jax.vmap(split)
         init = jax.vmap(init)
-        train = jax.vmap(train, in_axes=(0, 0, 0, 0, None, None, None, None))
+        train = jax.vmap(train, in_axes=(0, 0, 0, 0, None, None, None, None, None))
         val_loss = jax.vmap(val_loss, in_axes=(0, None, None, None))
-    return _JobFunctions(jax.jit(split), jax.jit(init), jax.jit(train, static_argnums=7), jax.jit(val_loss))
+    return _JobFunctions(jax.jit(split), jax.jit(init), jax.jit(train, static_argnums=(7, 8)), jax.jit(val_loss))
 
 
 def _forward(params, x):
@@ -267,6 +297,10 @@ def _cross_entropy(logits, labels):
 
 def _mean_cross_entropy(params, x, labels):
     return jnp.mean(_cross_entropy(_forward(params, x), labels))
+
+
+def _weighted_cross_entropy(params, x, labels, weights):
+    return jnp.sum(_cross_entropy(_forward(params, x), labels) * weights)
 
 
 def _chunk_validation(x_val, y_val):

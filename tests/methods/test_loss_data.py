@@ -93,13 +93,17 @@ def test_validation_loss_falls_with_size_towards_the_bayes_cross_entropy(gaussia
 def test_vmapped_jobs_equal_each_job_trained_alone():
     x, y = gaussian_data(n=400, d=8, seed=1)
     config = LD.ProbeConfig(hidden=(32, 32), num_classes=2, steps=120, batch_size=32, lr=1e-3)
-    keys = np.tile(np.asarray(LD.seed_keys(3, 2)), (2, 1))  # (k0, 10) (k1, 10) (k0, 300) (k1, 300)
-    sizes = np.array([10, 10, 300, 300])
+    keys = np.tile(np.asarray(LD.seed_keys(3, 2)), (3, 1))  # (k0, 10) (k1, 10) (k0, 12) ... (k1, 300)
+    sizes = np.array([10, 10, 12, 12, 300, 300])  # 10 and 12: one program on the first 12 rows
     args = (x[:360], y[:360], x[360:], y[360:], config)
     together = LD.train_jobs(keys, sizes, *args)
-    alone = LD.train_jobs(keys[2:3], sizes[2:3], *args, batched=False)
-    np.testing.assert_allclose(alone, together[2:3], atol=1e-5)
-    assert len(set(np.round(together, 6))) == 4  # the jobs really differ
+    # alone, each on its drawn rows: the jobs of short prefixes, trained on the first 12 rows weighted by their
+    # draws, take the same steps up to float rounding
+    alone = LD.train_jobs(keys[[0, 3, 4]], sizes[[0, 3, 4]], *args, batched=False)
+    np.testing.assert_allclose(alone, together[[0, 3, 4]], atol=1e-5)
+    gathered = LD.train_jobs(keys, sizes, *args, weighted_prefixes=False)
+    np.testing.assert_allclose(gathered, together, atol=1e-5)
+    assert len(set(np.round(together, 6))) == 6  # the jobs really differ
 
 
 def test_curves_are_reproducible_and_labels_may_be_any_integers():
