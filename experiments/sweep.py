@@ -43,7 +43,7 @@ from lmprobe.errors import LmprobeError
 from lmprobe.integrations.own_model import OwnModel
 from lmprobe.methods import stages as stages_lib
 from lmprobe.report import plots
-from lmprobe.store import cache_key, cached_json, join
+from lmprobe.store import cache_key, cached_json, exists, join, read_json
 from lmprobe.text import number, plural
 
 CACHE_VERSION = 2  # 2: rows hold every stage's numbers under one name each (``numbers``)
@@ -182,16 +182,27 @@ def load_heldout(args) -> list[str] | None:
     return texts
 
 
-def plot(rows: list[dict], run_dir: str) -> None:
-    """step-<number>.png: each number (with its interval) against step."""
+def plot(rows: list[dict], run_dir: str, drawn: list[dict] | None = None) -> None:
+    """step-<number>.png: each number (with its interval) against step; none redrawn when ``rows`` are the rows
+    ``drawn`` (an earlier run's results.json: a rerun that scored nothing new) and every plot is there."""
     series = {}
     for r in rows:
         for name, v in r["numbers"].items():
             series.setdefault(name, []).append((r["step"], v["value"], v["low"], v["high"]))
+    if rows == drawn and all(exists(join(run_dir, f"step-{name}.png")) for name in series):
+        return
     for name, points in series.items():
         steps, values, low, high = (list(c) for c in zip(*points, strict=True))
         plots.against_step(steps, values, join(run_dir, f"step-{name}.png"), name=name, low=low, high=high,
                            lower_is_better=name in stages_lib.LOWER_IS_BETTER)
+
+
+def _earlier_rows(path: str) -> list[dict] | None:
+    """The rows of an earlier run's results.json at ``path``, or None."""
+    try:
+        return read_json(path)["rows"] if exists(path) else None
+    except (ValueError, KeyError, TypeError):  # not a sweep's results: the plots are drawn afresh
+        return None
 
 
 def summary(rows: list[dict]) -> str:
@@ -255,12 +266,13 @@ def main(argv=None):
     if run.user and found:  # the model builds on the first step's weights and can run --methods, before any write
         run.user.check(found[0], stages)
     run_dir = output_dir(args.output_dir)
+    drawn = _earlier_rows(join(run_dir, "results.json"))
     inputs = stages_lib.load_inputs(stages, stages_lib.Settings.of(args), heldout=load_heldout(args))
     rows, skipped = {}, set()
     try:
         _loop(found, rows, skipped, args, stages, inputs, run_dir, run, started)
     finally:  # Ctrl-C too: the plots of the steps done
-        plot([rows[s] for s in sorted(rows)], run_dir)
+        plot([rows[s] for s in sorted(rows)], run_dir, drawn)
     if not rows:
         raise LmprobeError(f"no checkpoint of '{args.checkpoints}' could be scored "
                            f"({plural(len(skipped), 'step')} vanished while read)")

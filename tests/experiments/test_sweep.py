@@ -91,8 +91,13 @@ def test_one_row_per_step_with_intervals_and_heldout_loss_and_a_rerun_loads_noth
     assert "step_" not in capsys.readouterr().err
     assert loads == ["step_100", "step_200", "step_300"]
 
-    # the same files: nothing loaded, the same rows (a new step alone is loaded: the --watch test)
+    # the same files: nothing loaded, the same rows, no plot redrawn (a new step alone is loaded: the --watch test)
+    def plots():
+        return {p.name: p.stat().st_mtime_ns for p in out.glob("step-*.png")}
+
+    drawn = plots()
     assert _sweep(run_dir, out, *SMALL, f"--heldout={heldout}")["rows"] == rows and len(loads) == 3
+    assert plots() == drawn and len(drawn) == len(rows[0]["numbers"])
 
 
 def test_watch_scores_a_step_written_after_it_started_and_stops_at_until_step(run_dir, tiny_llama_dir, tmp_path,
