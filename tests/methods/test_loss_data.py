@@ -101,8 +101,6 @@ def test_vmapped_jobs_equal_each_job_trained_alone():
     # draws, take the same steps up to float rounding
     alone = LD.train_jobs(keys[[0, 3, 4]], sizes[[0, 3, 4]], *args, batched=False)
     np.testing.assert_allclose(alone, together[[0, 3, 4]], atol=1e-5)
-    gathered = LD.train_jobs(keys, sizes, *args, weighted_prefixes=False)
-    np.testing.assert_allclose(gathered, together, atol=1e-5)
     assert len(set(np.round(together, 6))) == 6  # the jobs really differ
 
 
