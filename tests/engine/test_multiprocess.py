@@ -155,6 +155,8 @@ def test_compare_ignores_timings_and_finds_differences():
 
 METHODS = ("byod", "syntextbench", "synbench")
 SUMMARIES = ("== BYOD", "SynTextBench score", "SynBench-Score", "results in")
+
+
 class Jobs:
     """The one-process job and the two-process job (three processes), started together at ``NICE``."""
 
