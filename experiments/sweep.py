@@ -270,7 +270,8 @@ def main(argv=None):
     inputs = stages_lib.load_inputs(stages, stages_lib.Settings.of(args), heldout=load_heldout(args))
     rows, skipped = {}, set()
     try:
-        _loop(found, rows, skipped, args, stages, inputs, run_dir, run, started)
+        with cli.one_model_at_a_time():
+            _loop(found, rows, skipped, args, stages, inputs, run_dir, run, started)
     finally:  # Ctrl-C too: the plots of the steps done
         plot([rows[s] for s in sorted(rows)], run_dir, drawn)
     if not rows:

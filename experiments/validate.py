@@ -241,13 +241,14 @@ def main(argv=None):
     settings = stages_lib.Settings.of(args)
     inputs = stages_lib.load_inputs(stages, settings)  # every labelled set and corpus, before any model loads
     records, widths = [], {}
-    for entry in todo:
-        start = time.perf_counter()
-        scorer = run.loaded(entry.model, cli.load_scorer(args, entry.model))
-        records.append(validation.measure(entry, scorer, stages, settings, inputs, run_dir, widths,
-                                          load_s=time.perf_counter() - start, progress=progress))
-        del scorer
-        gc.collect()  # the model's weights go before the next one loads
+    with cli.one_model_at_a_time():
+        for entry in todo:
+            start = time.perf_counter()
+            scorer = run.loaded(entry.model, cli.load_scorer(args, entry.model))
+            records.append(validation.measure(entry, scorer, stages, settings, inputs, run_dir, widths,
+                                              load_s=time.perf_counter() - start, progress=progress))
+            del scorer
+            gc.collect()  # the model's weights go before the next one loads
     correlations = validation.correlate(records, pooled=args.pooled)
     trends, resolved_pairs = validation.ladder_trends(records), validation.resolved(records)
     validation.scatter_plots(records, run_dir)

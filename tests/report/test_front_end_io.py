@@ -1,11 +1,13 @@
 """The front ends' shared plumbing: dtype defaults, one printer, output directories checked
 before any model work."""
 
+import gc
 import importlib.util
 import os
 import signal
 import subprocess
 import sys
+import weakref
 
 import jax.numpy as jnp
 import pytest
@@ -25,6 +27,30 @@ def test_dtype_defaults_to_auto_resolved_for_the_hardware():
     with pytest.raises(SystemExit):
         p.parse_args(["--dtype=int8"])
     assert "per device" in p.format_help() and "data-parallel devices" in p.format_help()
+
+
+class _Weights:
+    """An object in a reference cycle, as a loaded model's weights are."""
+
+    def __init__(self):
+        self.cycle = self
+
+
+def test_one_model_at_a_time_collects_what_the_loop_made_and_unfreezes_the_rest():
+    older = _Weights()
+    older_ref = weakref.ref(older)
+    with pytest.raises(RuntimeError), cli.one_model_at_a_time():
+        assert gc.get_freeze_count() > 0
+        del older  # made before the loop: frozen, so not collected inside it
+        weights = _Weights()
+        ref = weakref.ref(weights)
+        del weights
+        gc.collect()
+        assert ref() is None and older_ref() is not None
+        raise RuntimeError("a step fails")
+    assert gc.get_freeze_count() == 0  # unfrozen, on an error too
+    gc.collect()
+    assert older_ref() is None
 
 
 def test_only_process_0_prints_and_shows_progress(monkeypatch, capsys):
