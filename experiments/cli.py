@@ -341,12 +341,14 @@ def one_model_at_a_time():
     """Around a loop that loads one model after another and calls ``gc.collect()`` after each (reference cycles
     hold its weights): the objects from before the loop are frozen meanwhile, so each collection scans only what
     the loop made. A full scan of a large process (a notebook's, or a test session's million objects) takes
-    a second or more each time."""
+    a second or more each time. A caller's own ``gc.freeze()`` is kept: nothing is unfrozen then."""
+    frozen_before = gc.get_freeze_count()
     gc.freeze()
     try:
         yield
     finally:
-        gc.unfreeze()
+        if not frozen_before:
+            gc.unfreeze()
 
 
 class Run:

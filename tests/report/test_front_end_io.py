@@ -51,6 +51,13 @@ def test_one_model_at_a_time_collects_what_the_loop_made_and_unfreezes_the_rest(
     assert gc.get_freeze_count() == 0  # unfrozen, on an error too
     gc.collect()
     assert older_ref() is None
+    gc.freeze()  # a caller's own freeze (a server's, before it forks) stays as it was
+    try:
+        with cli.one_model_at_a_time():
+            pass
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
 
 
 def test_only_process_0_prints_and_shows_progress(monkeypatch, capsys):
