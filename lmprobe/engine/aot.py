@@ -36,7 +36,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from lmprobe import log as _log
 from lmprobe.engine.mesh import DATA, MODEL, batch_sharding, make_mesh, replicated
 from lmprobe.engine.plan import Planner, StepMemory, base_plan, device_hbm, format_bytes, planner_setup
-from lmprobe.engine.runner import Runner
+from lmprobe.engine.runner import Runner, Step
 from lmprobe.engine.scorer import Scorer
 from lmprobe.engine.targets import Target, target_devices
 from lmprobe.errors import LmprobeError
@@ -110,12 +110,11 @@ class CompiledStep:
 
 @dataclasses.dataclass(frozen=True)
 class _Step:
-    """What ``CompileOnlyRunner.jit`` gives a query: the jitted function, its name and statics."""
+    """What ``CompileOnlyRunner.jit`` gives a query: the runner's step, its name and statics."""
 
     name: str
     static: dict
-    jitted: object
-    state: object
+    step: Step
 
     def __call__(self, *args):
         raise LmprobeError(f"a compile-only run does not execute steps ({self.name}): it only compiles them")
@@ -133,8 +132,7 @@ class CompileOnlyRunner(Runner):
         return new
 
     def jit(self, name: str, fn, **static):
-        step = super().jit(name, fn, **static)
-        return _Step(name, dict(static), step.func, step.args[0])
+        return _Step(name, dict(static), super().jit(name, fn, **static))
 
     def put(self, *arrays) -> tuple:
         return tuple(jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype,
@@ -169,7 +167,7 @@ class CompileOnlyRunner(Runner):
             first = arrays[0] if arrays else None
             rows, length = (first.shape[0], first.shape[1]) if first is not None and len(first.shape) >= 2 else (
                 (first.shape[0], 1) if first is not None and first.shape else (1, 1))
-            self._record(key, step.name, step.static, lambda: step.jitted.lower(step.state, *args), self.mesh,
+            self._record(key, step.name, step.static, lambda: step.step.lower(*args), self.mesh,
                          max(1, rows // self.data_parallel), length, global_rows=rows,
                          head=step.name not in NO_HEAD)
         return self._counted(key)

@@ -13,13 +13,20 @@ over, ('data',) on lmprobe's own mesh; on a trainer's mesh, e.g. ('data', 'fsdp'
 
 The parameters stay where they are (no copy), unless some sit on devices outside the mesh: those
 are moved onto it, and the log says so once. ``update(state)`` swaps in new weights of the same
-layout; the compiled steps take them as arguments, so nothing recompiles.
+layout; the compiled steps take them as arguments, so nothing recompiles. Runners of one model structure
+(equal ``nnx.graphdef``) on one mesh share their jitted steps: a Runner of the next checkpoint, or of the
+same model in the next test, neither traces nor lowers them again. The steps used last are kept after
+their Runners go, while they hold at most ``SHARED_PROGRAMS`` compiled programs.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
+import contextvars
+import dataclasses
 import functools
+import threading
 from collections.abc import Callable, Iterable, Sequence
 
 import jax
@@ -31,6 +38,13 @@ from lmprobe import log
 from lmprobe.engine.batching import LENGTH_BUCKETS, Batch, make_batches
 from lmprobe.engine.mesh import auto_axes, batch_axes, batch_devices, batch_sharding, replicated, tracing_on
 from lmprobe.errors import LmprobeError
+
+# compiled programs that the shared steps keep, least recently used step first out: XLA:CPU maps 100-250 memory
+# regions for each program of even a 2-layer model, and a Linux process may hold 65,530 (vm.max_map_count)
+SHARED_PROGRAMS = 48
+_shared: collections.OrderedDict = collections.OrderedDict()  # step key -> (jitted step, its traces)
+_shared_lock = threading.Lock()
+_traces = contextvars.ContextVar("traces", default=None)  # the calling Runner's compilations, while a step traces
 
 
 class Runner:
@@ -118,22 +132,14 @@ class Runner:
                                "model holds them (the same pytree types)")
         self.state = state
 
-    def jit(self, name: str, fn, **static) -> Callable:
+    def jit(self, name: str, fn, **static) -> Step:
         """``fn(model, *args, **static)`` jitted once per (name, static); called with ``args`` only.
         Traces are counted in ``compilations[name]``; outputs stay where the rows are (``fetch``
         gathers them once per call)."""
         key = (name, tuple(sorted(static.items())))
         if key not in self._jitted:
-            graphdef = self.graphdef
-
-            def traced(state, *args):
-                self.compilations[name] += 1
-                with tracing_on(self.mesh, self.data_axes):  # activations split over the batch, as planned
-                    return auto_axes(lambda s, *a: fn(nnx.merge(graphdef, s), *a, **static),
-                                     self.mesh, self.data_axes)(state, *args)
-
-            self._jitted[key] = jax.jit(traced, out_shardings=batch_sharding(self.mesh, 1, self.data_axes))
-        return functools.partial(self._jitted[key], self.state)
+            self._jitted[key] = _shared_step(self.graphdef, self.mesh, self.data_axes, name, fn, key[1])
+        return Step(self._jitted[key], self.state, self.compilations)
 
     def program(self, name: str, fn, *args, **static):
         """``fn(*args, **static)``: a method's own jitted program on host-sized arrays (kernels on
@@ -217,6 +223,66 @@ class Runner:
         """Per-batch device outputs concatenated, row i taken from row ``source[i]``; left on device,
         replicated (every process can read it)."""
         return _rows_in_order(self.mesh)(outputs, source)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Step:
+    """A Runner's jitted step with the runner's weights bound: ``step(*args)`` runs it, ``step.lower(*args)``
+    lowers it (engine.aot); a trace either makes is counted in ``traces`` (the runner's ``compilations``)."""
+
+    jitted: Callable
+    state: object
+    traces: collections.Counter
+
+    def __call__(self, *args):
+        with self.counting():
+            return self.jitted(self.state, *args)
+
+    def lower(self, *args):
+        with self.counting():
+            return self.jitted.lower(self.state, *args)
+
+    @contextlib.contextmanager
+    def counting(self):
+        token = _traces.set(self.traces)
+        try:
+            yield
+        finally:
+            _traces.reset(token)
+
+
+def _shared_step(graphdef, mesh, data_axes: tuple, name: str, fn, static: tuple):
+    """The jitted ``fn`` of (model structure, mesh, ``data_axes``, name, static), made once and kept while the
+    steps used since hold at most ``SHARED_PROGRAMS`` programs; a model whose structure does not hash (a
+    foreign module's graph holding an unhashable attribute) gets a jitted step of its own."""
+    key = (graphdef, mesh, data_axes, name, fn, static)
+    try:
+        hash(key)
+    except TypeError:
+        return _jit_step(*key, collections.Counter())
+    with _shared_lock:
+        if key in _shared:
+            _shared.move_to_end(key)
+            return _shared[key][0]
+        traces = collections.Counter()
+        _shared[key] = _jit_step(*key, traces), traces
+        while len(_shared) > 1 and sum(traces.total() for _, traces in _shared.values()) > SHARED_PROGRAMS:
+            _shared.popitem(last=False)
+        return _shared[key][0]
+
+
+def _jit_step(graphdef, mesh, data_axes: tuple, name: str, fn, static: tuple, traces: collections.Counter):
+    """``fn`` jitted on ``mesh``, each trace counted in ``traces`` and in the calling Runner's."""
+    static = dict(static)
+
+    def traced(state, *args):
+        for counter in (traces, _traces.get()):
+            if counter is not None:
+                counter[name] += 1
+        with tracing_on(mesh, data_axes):  # activations split over the batch, as planned
+            return auto_axes(lambda s, *a: fn(nnx.merge(graphdef, s), *a, **static), mesh, data_axes)(state, *args)
+
+    return jax.jit(traced, out_shardings=batch_sharding(mesh, 1, data_axes))
 
 
 def run_here(name: str, fn, *args, **static):

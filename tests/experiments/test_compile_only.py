@@ -39,7 +39,7 @@ def _real_run(monkeypatch, argv, main=syntextbench.main) -> collections.Counter:
 
     def spy(self, step, calls, readback=None):
         calls = list(calls)
-        name = next(k[0] for k, f in self._jitted.items() if f is step.func)
+        name = next(k[0] for k, f in self._jitted.items() if f is step.jitted)
         for args in calls:
             seen[(name, tuple(_shape(a) for a in args if hasattr(a, "shape")))] += 1
         return run(self, step, calls, readback)
