@@ -13,11 +13,13 @@ at collection, outside any test, and sees all 8.
 
 Compiled programs are shared across tests (and with the front ends the tests run in subprocesses)
 through a persistent compilation cache with no minimum compile time: a new Runner of the same model
-and shapes loads its programs instead of compiling them. The folder is $LMPROBE_COMPILATION_CACHE, else
+and shapes loads its programs instead of compiling them (and, in one process, uses the steps that
+Runners of its structure traced: lmprobe.engine.runner). The folder is $LMPROBE_COMPILATION_CACHE, else
 ~/.cache/lmprobe/jax-tests (apart from the user's runs' cache, which keeps only programs that took
 0.5 s to compile); it outlives the session, as the library's own does, so that a rerun of the suite
 compiles only what changed, and is pruned to 2 GiB when a session starts (least recently used programs
-go first).
+go first). Where a test module ends with the process past MAPPINGS_BOUND memory mappings (XLA:CPU maps
+each program it holds), jax's in-memory caches are cleared.
 
 The user jobs (tests/test_no_torch.py: each front end in its own interpreter, minutes together) start with
 the session's first test and run at the lowest priority beside it, on what the suite's process leaves idle,
@@ -89,10 +91,29 @@ def pytest_runtest_setup(item):
     set_default_devices(None if multi_device(item) else jax.devices()[:1])
 
 
+# XLA:CPU maps 10-250 memory regions for each program it holds, and jax's caches hold every program the session
+# ran: the suite's process reached 59,322 of the 65,530 mappings Linux allows (vm.max_map_count; past it, loading
+# the next program crashes), and one module added 33,000 (tests/engine/test_scorer.py's 8-device programs). Past
+# this many, jax's caches are cleared where a test module ends.
+MAPPINGS_BOUND = 20_000
+
+
+def memory_mappings() -> int:
+    """The process's memory mappings (0 where /proc is not there)."""
+    try:
+        with open("/proc/self/maps", "rb") as maps:
+            return sum(1 for _ in maps)
+    except OSError:
+        return 0
+
+
 def pytest_runtest_teardown(item, nextitem):
     """Undo what a test's front end set for the process: the default devices, and ``log.setup``'s handler
-    (the 'lmprobe' logger stops propagating, so a later test's caplog would see none of its records)."""
+    (the 'lmprobe' logger stops propagating, so a later test's caplog would see none of its records). Where a
+    test module ends with the process past MAPPINGS_BOUND memory mappings: jax's caches cleared."""
     set_default_devices(None)
+    if nextitem is not None and nextitem.module is not item.module and memory_mappings() > MAPPINGS_BOUND:
+        jax.clear_caches()
     logger = logging.getLogger(log.ROOT)
     for handler in list(logger.handlers):
         logger.removeHandler(handler)

@@ -4,6 +4,7 @@ test is marked multi_device, and a compilation cache of the tests' own."""
 import os
 
 import jax
+import jax.numpy as jnp
 import pytest
 
 from lmprobe.engine import default_devices, make_mesh
@@ -25,6 +26,21 @@ def test_every_compiled_program_goes_to_the_tests_cache_the_front_ends_share():
     assert directory and os.environ["LMPROBE_COMPILATION_CACHE"] == directory
     assert directory != os.path.join(os.path.expanduser("~"), ".cache", "lmprobe", "jax")  # not the user's runs'
     assert jax.config.jax_persistent_cache_min_compile_time_secs == 0
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/sys/vm/max_map_count"), reason="Linux's limit on memory mappings")
+def test_clearing_jax_caches_frees_the_programs_mappings_and_the_bound_leaves_a_module_room():
+    from tests.conftest import MAPPINGS_BOUND, memory_mappings
+
+    with open("/proc/sys/vm/max_map_count") as limit:
+        assert MAPPINGS_BOUND + 35_000 < int(limit.read())  # the most one module added: 33,000
+    before = memory_mappings()
+    double = jax.jit(lambda x: x * 2)
+    for n in range(1, 21):  # 20 programs
+        double(jnp.ones(n)).block_until_ready()
+    grown = memory_mappings()
+    jax.clear_caches()
+    assert grown - before >= 60 and grown - memory_mappings() >= (grown - before) / 2
 
 
 def test_a_job_the_session_did_not_start_names_the_marker_to_add(started_early):
