@@ -266,7 +266,7 @@ def _shared_step(graphdef, mesh, data_axes: tuple, name: str, fn, static: tuple)
             return _shared[key][0]
         traces = collections.Counter()
         _shared[key] = _jit_step(*key, traces), traces
-        while len(_shared) > 1 and sum(traces.total() for _, traces in _shared.values()) > SHARED_PROGRAMS:
+        while len(_shared) > 1 and sum(held.total() for _, held in _shared.values()) > SHARED_PROGRAMS:
             _shared.popitem(last=False)
         return _shared[key][0]
 
