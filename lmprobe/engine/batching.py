@@ -76,14 +76,15 @@ def batch_size_for(length: int, batch_size: int, max_tokens: int | None, data_pa
 
 def make_batches(seqs: Sequence[Sequence[int]], *, batch_size: int, max_tokens: int | None = None,
                  buckets: Sequence[int] = LENGTH_BUCKETS, pad_id: int = 0, left_pad: bool = False,
-                 data_parallel: int = 1, split: bool = True) -> list[Batch]:
+                 data_parallel: int = 1, split: bool = True, fill: bool = False) -> list[Batch]:
     """Bucketed, padded batches covering every sequence once, longest bucket first.
 
     ``batch_size`` and ``max_tokens`` are per shard of the mesh's 'data' axis (``data_parallel``
     shards): a full batch has ``batch_size_for(...)`` rows, ``batch_size`` x ``data_parallel`` when
     no token budget binds. The last, partial batch of a bucket has a power of two rows per shard
     that holds it or, with ``split`` and at least ``SPLIT_PADDING_TOKENS`` of padding, is cut into
-    power-of-two pieces. ``left_pad`` puts padding first (generation); otherwise padding goes last.
+    power-of-two pieces; with ``fill`` it is padded to a full batch instead (one compiled shape per
+    bucket). ``left_pad`` puts padding first (generation); otherwise padding goes last.
     """
     d = data_parallel
     lengths = np.asarray([len(s) for s in seqs], dtype=np.int64)
@@ -100,7 +101,7 @@ def make_batches(seqs: Sequence[Sequence[int]], *, batch_size: int, max_tokens: 
         rows = batch_size_for(length, batch_size, max_tokens, d)
         for start in range(0, len(members), rows):
             chunk = members[start:start + rows]
-            for size in piece_rows(len(chunk), rows, length, d, split):
+            for size in [rows] if fill else piece_rows(len(chunk), rows, length, d, split):
                 batches.append(_pad(seqs, chunk[:size], size, length, pad_id, left_pad))
                 chunk = chunk[size:]
     return batches

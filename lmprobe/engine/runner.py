@@ -169,13 +169,14 @@ class Runner:
                                                   lambda index, a=a: a[index]) for a in arrays)
 
     def batches(self, seqs, *, left_pad: bool = False, max_length: int | None = None, max_tokens: int | None = None,
-                buckets: Sequence[int] | None = None) -> list[Batch]:
+                buckets: Sequence[int] | None = None, fill: bool = False) -> list[Batch]:
         """Bucketed batches of token id lists; no bucket exceeds ``max_length`` (the model's
-        context by default). ``max_tokens`` and ``buckets`` replace the runner's for this call."""
+        context by default). ``max_tokens`` and ``buckets`` replace the runner's for this call;
+        ``fill`` pads each bucket's partial batch to a full one (make_batches)."""
         limit = max_length or self.max_length
         return make_batches(seqs, batch_size=self.batch_size, max_tokens=max_tokens or self.max_tokens,
                             buckets=self.bucket_lengths(limit, buckets), left_pad=left_pad,
-                            data_parallel=self.data_parallel)
+                            data_parallel=self.data_parallel, fill=fill)
 
     def bucket_lengths(self, limit: int | None = None, buckets: Sequence[int] | None = None) -> list[int]:
         """The length buckets (the runner's, or ``buckets``), none above ``limit`` (the model's

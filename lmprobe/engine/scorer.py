@@ -517,14 +517,16 @@ class Scorer:
 
         An encoder on CPU, with no ``max_tokens`` set and the default buckets, embeds at most
         ``cpu_token_budget`` tokens per batch (its MLP width: the batch's widest activation stays in
-        cache) on ``FINE_LENGTH_BUCKETS`` (less padding); rows stay at most ``batch_size``. Nothing
-        changes for decoders, encoder-decoders, GPU and TPU, or with ``embed_batching = "runner"``.
+        cache) on ``FINE_LENGTH_BUCKETS`` (less padding); rows stay at most ``batch_size``; a bucket's
+        partial batch is padded to a full one (``fill``: one compiled shape per bucket, as padding a
+        batch that small costs less than compiling another). Nothing changes for decoders,
+        encoder-decoders, GPU and TPU, or with ``embed_batching = "runner"``.
         """
         if (self.embed_batching != "auto" or self.kind != ENCODER or self.max_tokens is not None
                 or self.mesh.devices.flat[0].platform != "cpu"):
             return {}
         width = getattr(self.config, "intermediate_size", None) or 4 * self.config.hidden_size
-        geometry = {"max_tokens": cpu_token_budget(width)}
+        geometry = {"max_tokens": cpu_token_budget(width), "fill": True}
         if tuple(self.buckets) == LENGTH_BUCKETS:
             geometry["buckets"] = FINE_LENGTH_BUCKETS
         return geometry

@@ -63,6 +63,14 @@ def test_long_partial_batch_is_cut_into_powers_of_two():
     assert [b.shape for b in make_batches(seqs[:5], batch_size=16, split=False)] == [(8, 2048)]
 
 
+def test_fill_pads_each_partial_batch_to_a_full_one():
+    seqs = [[1] * 20] * 21 + [[1] * 10] * 3
+    assert [b.shape for b in make_batches(seqs, batch_size=16)] == [(16, 24), (8, 24), (4, 12)]
+    batches = make_batches(seqs, batch_size=16, fill=True, max_tokens=256)  # 10 rows of 24 tokens, 16 of 12
+    assert [b.shape for b in batches] == [(10, 24), (10, 24), (10, 24), (16, 12)]
+    assert [len(b.indices) for b in batches] == [10, 10, 1, 3] and not batches[2].mask[1:].any()
+
+
 def test_piece_rows_per_shard():
     assert piece_rows(5, 16, 2048) == [4, 1]
     assert piece_rows(5, 16, 2048, data_parallel=2) == [4, 2]  # 3 rows a shard: 2 + 1, each on both shards

@@ -50,11 +50,12 @@ def encoder(tmp_path_factory):
 
 
 def test_an_encoder_on_cpu_embeds_within_its_budget_on_fine_buckets(encoder):
-    assert encoder.embed_geometry() == {"max_tokens": 256, "buckets": FINE_LENGTH_BUCKETS}
+    assert encoder.embed_geometry() == {"max_tokens": 256, "buckets": FINE_LENGTH_BUCKETS, "fill": True}
     batches = encoder.runner.batches(SEQS, **encoder.embed_geometry())
     assert all(b.shape[0] * b.shape[1] <= 256 or b.shape[0] == 1 for b in batches)
     assert all(b.shape[0] <= encoder.batch_size for b in batches)
     assert {b.shape[1] for b in batches} <= set(FINE_LENGTH_BUCKETS)
+    assert len({b.shape for b in batches}) == len({b.shape[1] for b in batches})  # one shape per bucket
     encoder.max_tokens = 1024  # the user's budget wins, on the plain buckets
     try:
         assert encoder.embed_geometry() == {}
