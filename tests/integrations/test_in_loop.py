@@ -51,10 +51,11 @@ def reference_heldout_loss(model, tokenizer, texts, max_chars) -> float:
     ids = np.zeros((len(seqs), max(map(len, seqs))), np.int32)
     for row, seq in enumerate(seqs):
         ids[row, :len(seq)] = seq
-    logp = np.asarray(jax.nn.log_softmax(model(ids, np.ones_like(ids)).logits, axis=-1), np.float64)
+    logp = jax.nn.log_softmax(model(ids, np.ones_like(ids)).logits[:, :-1], axis=-1)
+    next_logp = np.asarray(jnp.take_along_axis(logp, ids[:, 1:, None], axis=-1)[..., 0], np.float64)
     nll = tokens = 0.0
     for row, seq in enumerate(seqs):
-        picked = logp[row, np.arange(len(seq) - 1), seq[1:]][len(start) - 1:]
+        picked = next_logp[row, len(start) - 1:len(seq) - 1]
         nll, tokens = nll - picked.sum(), tokens + len(picked)
     return nll / tokens
 
