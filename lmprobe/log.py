@@ -14,6 +14,8 @@ not logged: they go to stdout. ``Progress`` is progress as log lines, where no t
 
 from __future__ import annotations
 
+import glob
+import importlib.util
 import logging
 import os
 import sys
@@ -33,9 +35,30 @@ QUIET_ENV = {"TRANSFORMERS_NO_ADVISORY_WARNINGS": "1", "TRANSFORMERS_VERBOSITY":
 
 def quiet_third_party() -> None:
     """Silence third-party import-time advisories (before they are imported); the user's own
-    settings of these environment variables win."""
+    settings of these environment variables win. On a host without TPU chips where libtpu is
+    installed (a developer's install, or a CPU host's that compiles for TPU targets) and no other jax
+    plugin is, jax runs on the CPU alone (JAX_PLATFORMS=cpu, unless set): else it starts its TPU
+    backend when a program first touches a device, and libtpu's failed look-up of this host's TPU
+    role printed a screen of errors on stderr before jax fell back to the CPU. Compiling for a TPU
+    target needs no TPU backend (lmprobe.engine.targets)."""
     for name, value in QUIET_ENV.items():
         os.environ.setdefault(name, value)
+    if "JAX_PLATFORMS" not in os.environ and not tpu_chips_here() and _only_libtpu_installed():
+        os.environ["JAX_PLATFORMS"] = "cpu"
+
+
+def tpu_chips_here() -> bool:
+    """Whether this host has TPU chips (their device files)."""
+    return bool(glob.glob("/dev/accel[0-9]*") or glob.glob("/dev/vfio/[0-9]*"))
+
+
+def _only_libtpu_installed() -> bool:
+    """libtpu is installed and no jax plugin (CUDA, ROCm, ...): jax's backends are the TPU's and the CPU's."""
+    if importlib.util.find_spec("libtpu") is None or importlib.util.find_spec("jax_plugins") is not None:
+        return False
+    from importlib.metadata import entry_points
+
+    return not entry_points(group="jax_plugins")
 
 
 class Notice(UserWarning):

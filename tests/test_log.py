@@ -1,7 +1,11 @@
 """Progress as log lines (lmprobe.log.Progress) and how the front ends choose it."""
 
+import importlib.util
 import io
 import logging
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -132,11 +136,26 @@ for _ in range(2):  # two scorers, two queries each: the fallback is said once
 
 def test_a_notice_reaches_a_plain_scripts_stderr_once():
     """No log.setup: a fallback is a warning on stderr, once, in a script that configures nothing."""
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("PYTEST")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
     done = subprocess.run([sys.executable, "-c", NOTICE_SCRIPT], capture_output=True, text=True, timeout=120,
                           env={**env, "JAX_PLATFORMS": "cpu"})
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("Notice: callable models have no packed rows") == 1, done.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("libtpu") is None or log.tpu_chips_here(),
+                    reason="needs libtpu (the test extra installs it) on a host without TPU chips")
+def test_a_run_on_a_host_without_tpu_chips_prints_nothing_of_libtpu():
+    """With libtpu installed, jax starts its TPU backend when a program first touches a device: on a host without
+    TPU chips libtpu's failed look-up of the host's TPU role printed errors on stderr before jax fell back to the
+    CPU. Importing lmprobe first keeps jax on the CPU (the control shows the noise; libtpu loads there even while
+    another process holds its lock, as this session's TPU compilations may)."""
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    outputs = [subprocess.run([sys.executable, "-c", f"{first}import jax; print(jax.devices()[0].platform)"],
+                              capture_output=True, text=True, timeout=120,
+                              env={**env, "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"})
+               for first in ("", "import lmprobe; ")]
+    assert all(done.returncode == 0 and done.stdout.strip() == "cpu" for done in outputs), outputs
+    control, with_lmprobe = (done.stderr for done in outputs)
+    assert "TPU" in control  # libtpu's look-up, unasked
+    assert with_lmprobe == ""

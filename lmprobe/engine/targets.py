@@ -15,11 +15,11 @@ one host of 8 chips; larger v5e / v6e slices have 4 chips per host, v4 / v5p sli
 from __future__ import annotations
 
 import dataclasses
-import glob
 import importlib.util
 import os
 
 from lmprobe.errors import LmprobeError
+from lmprobe.log import tpu_chips_here
 
 TPU_EXTRA = "pip install 'lmprobe[tpu]' (or libtpu alone: pip install libtpu)"
 
@@ -125,10 +125,6 @@ def target(name: str, num_slices: int = 1) -> Target:
     return Target(f"{gen}-{count}", chip, shapes[chips], num_slices)
 
 
-def _has_tpu_chip() -> bool:
-    return bool(glob.glob("/dev/accel[0-9]*") or glob.glob("/dev/vfio/[0-9]*"))
-
-
 def libtpu_available() -> bool:
     path = os.environ.get("TPU_LIBRARY_PATH")
     return bool(path and os.path.isfile(path)) or importlib.util.find_spec("libtpu") is not None
@@ -151,7 +147,7 @@ def prepare_host(t: Target) -> None:
     looks the role up when any device is first touched and says so on stderr)."""
     if not libtpu_available():
         raise LmprobeError(f"`target={t.name}` compiles for TPUs with libtpu, which is not installed: {TPU_EXTRA}")
-    if not _has_tpu_chip():
+    if not tpu_chips_here():
         # No TPU here: libtpu only compiles. Let it load beside another process's libtpu (its lockfile)
         # and tell it the host's role, which it otherwise looks up and complains about on stderr.
         accelerator = t.name.replace("v5e-", "v5litepod-")
