@@ -6,6 +6,7 @@ embeds them (calls of ``EMBED_CHUNK`` sentences), under the runner's plain geome
 
     python -m experiments.bench.embedding [MODEL=minilm-l6] [N=512] [REPEATS=3]
     python -m experiments.bench.embedding shapes [MODEL=minilm-l6]   # tokens/s of one batch by (length, rows)
+    python -m experiments.bench.embedding floor [MODEL=minilm-l6]    # the main job's embedding at matmul speed
 
 ``N`` sentences per level (20 levels). Prints per pass sentences/s, real tokens/s and the GFLOP/s
 they achieve (linear layers and attention over real tokens), the padded tokens each geometry runs,
@@ -34,8 +35,8 @@ def main(argv=None):
     if argv[:1] in (["-h"], ["--help"]):
         print(__doc__)
         return
-    if argv[:1] == ["shapes"]:
-        shape_sweep(argv[1] if len(argv) > 1 else "minilm-l6")
+    if argv[:1] in (["shapes"], ["floor"]):
+        (shape_sweep if argv[0] == "shapes" else floor)(argv[1] if len(argv) > 1 else "minilm-l6")
         return
     model = argv[0] if argv else "minilm-l6"
     n = int(argv[1]) if len(argv) > 1 else 512
@@ -146,6 +147,21 @@ def _score(embeddings, splits, tasks, config):
 
 def _width(cfg) -> int:
     return getattr(cfg, "intermediate_size", None) or 4 * cfg.hidden_size
+
+
+def floor(model: str) -> None:
+    """The main job's embedding FLOPs (its 20 levels x 8,192 sentences, real tokens) and the time they take at
+    the best rate of a plain jitted matmul of the model's MLP shape on this machine: the stage's floor here."""
+    tasks = syntextbench.build_tasks(syntextbench.Config(baselines=False, icl_examples=0))
+    texts = [t for pair in tasks.levels for s in pair for t in s.sentences]
+    scorer = Scorer.load(model, dtype=jnp.float32)
+    real = np.asarray([len(s) for s in scorer.encode(texts)])
+    flops = _flops_per_sentence(scorer.config, real).sum()
+    rates = {tokens: _matmul_gflops(tokens, scorer.config) for tokens in (512, 2048, 8192)}
+    print(f"{model}: {len(texts)} sentences, {real.sum()} real tokens, {flops / 1e12:.1f} TFLOP; plain matmul "
+          f"[tokens, {scorer.config.hidden_size}] x [{scorer.config.hidden_size}, {_width(scorer.config)}]: "
+          + ", ".join(f"{t} tokens {r:.1f} GFLOP/s" for t, r in rates.items())
+          + f"; at the best rate the stage takes {flops / max(rates.values()) / 1e9 / 60:.1f} min")
 
 
 def _flops_per_sentence(cfg, lengths) -> np.ndarray:
