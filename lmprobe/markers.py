@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Iterable
 
 MARKER = "installed.json"
-INSTALL = "python -m experiments.assets --install {alias}"
+INSTALL = "lmprobe assets --install {alias}"
 
 
 def install_command(alias: str) -> str:

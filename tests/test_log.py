@@ -12,8 +12,8 @@ import time
 import pytest
 from tqdm.auto import tqdm
 
-from experiments import cli
 from lmprobe import log
+from lmprobe.cli import common
 from lmprobe.engine import runtime
 from lmprobe.methods import Ticker
 
@@ -104,20 +104,20 @@ def test_cli_progress_is_a_bar_on_a_terminal_log_lines_elsewhere_and_nothing_on_
         def isatty(self):
             return True
 
-    cli.parse(cli.parser("x"), [])  # --verbosity=info
+    common.parse(common.parser("x"), [])  # --verbosity=info
     monkeypatch.setattr("sys.stderr", Terminal())
-    assert isinstance(cli.progress(range(2), desc="x"), tqdm)
+    assert isinstance(common.progress(range(2), desc="x"), tqdm)
     monkeypatch.setattr("sys.stderr", io.StringIO())  # a file: `> run.log 2>&1`
-    bar = cli.progress(range(2), desc="x", total=2)
+    bar = common.progress(range(2), desc="x", total=2)
     assert isinstance(bar, log.Progress) and list(bar) == [0, 1]
     monkeypatch.setattr(runtime, "is_main", lambda: False)
     numbers = range(2)
-    assert cli.progress(numbers, desc="x") is numbers
+    assert common.progress(numbers, desc="x") is numbers
 
 
 def test_a_front_end_logs_progress_to_a_file(monkeypatch, capsys):
-    cli.parse(cli.parser("x"), [])
-    list(cli.progress(range(3), desc="stage", total=3))
+    common.parse(common.parser("x"), [])
+    list(common.progress(range(3), desc="stage", total=3))
     err = capsys.readouterr().err
     assert "stage: 0/3 started\n" in err and "stage: 3/3 done in " in err
 

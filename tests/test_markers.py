@@ -38,4 +38,4 @@ def test_a_marker_vouches_only_for_matching_pins_and_present_files(tmp_path):
 
 
 def test_the_install_command_names_the_front_end():
-    assert markers.install_command("pang-lee") == "python -m experiments.assets --install pang-lee"
+    assert markers.install_command("pang-lee") == "lmprobe assets --install pang-lee"

@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from experiments.cli import load_scorer, main_guard, parse, parser
+from lmprobe.cli.common import load_scorer, main_guard, parse, parser
 from lmprobe.data.corpus import load_corpus
 from lmprobe.data.profanity import load_profanity
 from lmprobe.methods import byod

@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from experiments.throughput import torch_reference
+from lmprobe.cli.throughput import torch_reference
 from lmprobe.engine import Scorer
 
 

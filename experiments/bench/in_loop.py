@@ -22,8 +22,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from experiments.cli import main_guard, parse, parser, say
 from lmprobe.checkpoints.resolve import resolve
+from lmprobe.cli.common import main_guard, parse, parser, say
 from lmprobe.data.corpus import load_corpus
 from lmprobe.errors import LmprobeError
 from lmprobe.integrations.in_loop import DEFAULT_METHODS, ProxyCallback

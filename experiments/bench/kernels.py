@@ -29,7 +29,7 @@ from scipy.special import log_softmax, softmax
 from scipy.stats import entropy as scipy_entropy
 from scipy.stats import norm
 
-import kernels as K
+from lmprobe import kernels as K
 from lmprobe.store import json_text
 
 FULL = {

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-import kernels
+from lmprobe import kernels
 from lmprobe.engine import targets
 from lmprobe.engine.plan import format_bytes
 

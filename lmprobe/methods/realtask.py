@@ -41,8 +41,8 @@ from collections.abc import Callable, Sequence
 import jax
 import numpy as np
 
-from kernels import logistic
 from lmprobe.errors import LmprobeError
+from lmprobe.kernels import logistic
 from lmprobe.methods import icl, no_progress
 from lmprobe.methods.syntextbench import default_pooling
 from lmprobe.text import plural

@@ -14,8 +14,10 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-import kernels  # noqa: E402
-from lmprobe import store  # noqa: E402
+from lmprobe import (
+    kernels,  # noqa: E402
+    store,  # noqa: E402
+)
 from lmprobe.data.sentence_stats import length_histogram  # noqa: E402
 from lmprobe.engine.runtime import is_main  # noqa: E402
 from lmprobe.errors import LmprobeError  # noqa: E402

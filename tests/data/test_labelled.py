@@ -273,8 +273,8 @@ def test_missing_data_names_the_install_command(tmp_path, monkeypatch):
 def test_a_damaged_installed_file_is_a_clear_error(pang_lee):
     with open(labelled.data_path("rt-polarity"), "w", encoding="utf-8") as f:
         f.write('"1","fine"\n"positive","bad label"\n')
-    with pytest.raises(LmprobeError, match=r"line 2 is not a .* row with label 1 or -1: reinstall with `python "
-                                           r"-m experiments.assets --install pang-lee`"):
+    with pytest.raises(LmprobeError, match=r"line 2 is not a .* row with label 1 or -1: reinstall with `lmprobe "
+                                           r"assets --install pang-lee`"):
         load_labelled("rt-polarity")
 
 

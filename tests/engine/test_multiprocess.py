@@ -49,7 +49,7 @@ DRIVER = textwrap.dedent("""
                 writes.append([event, os.path.relpath(full, root)])
 
     sys.addaudithook(audit)
-    from experiments import byod, synbench, syntextbench
+    from lmprobe.cli import byod, synbench, syntextbench
     from lmprobe import store
 
     def step(name, main, argv):

@@ -235,7 +235,7 @@ def test_cli_simulates_devices_and_reports(tmp_path):
 
 
 def test_cli_exits_with_the_flag_that_fixes_it(tmp_path, capsys):
-    from experiments import plan as cli
+    from lmprobe.cli import plan as cli
 
     config = tmp_path / "config.json"
     config.write_text(json.dumps(TINY))

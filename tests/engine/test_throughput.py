@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from experiments import throughput
+from lmprobe.cli import throughput
 
 
 def test_throughput_writes_every_figure(tiny_llama_dir, tmp_path, capsys):

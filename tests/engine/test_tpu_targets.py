@@ -198,7 +198,7 @@ def test_the_plan_agrees_with_the_compiler():
     (["--model=opt-125m", "--target=v5e-8", "--devices=8"], r"^error: --devices=8 with --target=v5e-8: .*drop one"),
 ])
 def test_plan_front_end_bad_targets_are_one_line(argv, says, capsys):
-    from experiments import plan as front_end
+    from lmprobe.cli import plan as front_end
 
     with pytest.raises(SystemExit) as e:
         front_end.main(argv)

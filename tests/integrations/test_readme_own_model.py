@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from experiments import sweep
+from lmprobe.cli import sweep
 from lmprobe.integrations.in_loop import FILENAME, read_rows
 from tests.integrations.test_in_loop import ROOT
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from scipy.optimize import brentq
 from scipy.stats import norm
 
-import kernels as K
+from lmprobe import kernels as K
 from tests.kernels.conftest import numpy_whitening, two_class_gaussian
 
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from scipy.spatial.distance import jensenshannon
 from scipy.stats import entropy as scipy_entropy
 
-from kernels import divergence as D
+from lmprobe.kernels import divergence as D
 from tests.kernels.conftest import make_logits, probabilities
 
 PROFILE = settings.get_profile("kernels")

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.integrate import quad
 
-import kernels as K
+from lmprobe import kernels as K
 
 PROFILE = settings.get_profile("kernels")
 

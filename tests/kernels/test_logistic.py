@@ -14,7 +14,7 @@ from sklearn.model_selection import GridSearchCV, PredefinedSplit
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from kernels import logistic
+from lmprobe.kernels import logistic
 
 N, D = 240, 12
 CS = np.asarray([0.25, 16.0])

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-import kernels
+from lmprobe import kernels
 from lmprobe.engine import targets
 
 needs_libtpu = pytest.mark.skipif(not targets.libtpu_available(),

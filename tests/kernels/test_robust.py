@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import minimize
 
-import kernels as K
+from lmprobe import kernels as K
 
 PROFILE = settings.get_profile("kernels")
 D = 6

@@ -8,7 +8,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import kernels as K
+from lmprobe import kernels as K
 
 PROFILE = settings.get_profile("kernels")
 

@@ -10,7 +10,7 @@ import pytest
 from scipy.integrate import quad
 from scipy.stats import norm
 
-import kernels as K
+from lmprobe import kernels as K
 from tests.kernels.conftest import two_class_gaussian
 
 N_SAMPLES = 200_000

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import ortho_group
 
-import kernels as K
+from lmprobe import kernels as K
 from tests.kernels.conftest import numpy_whitening, two_class_gaussian
 
 PROFILE = settings.get_profile("kernels")

@@ -15,8 +15,8 @@ from scipy.stats import entropy as shannon
 from tokenizers import Tokenizer, decoders, models, normalizers, processors, trainers
 from transformers import PreTrainedTokenizerFast
 
-from experiments import byod as front_end
 from lmprobe.checkpoints import load
+from lmprobe.cli import byod as front_end
 from lmprobe.data.corpus import Corpus
 from lmprobe.data.profanity import Profanity
 from lmprobe.engine import HiddenMemo, Scorer, make_mesh

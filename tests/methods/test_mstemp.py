@@ -9,7 +9,7 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from experiments import mstemp as front_end
+from lmprobe.cli import mstemp as front_end
 from lmprobe.data.labelled import LabelledData
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import mstemp

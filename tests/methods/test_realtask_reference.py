@@ -15,10 +15,10 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from transformers import AutoTokenizer, LlamaForCausalLM
 
-from kernels import logistic
 from lmprobe.data.labelled import LabelledData
 from lmprobe.engine import Scorer
 from lmprobe.errors import LmprobeError
+from lmprobe.kernels import logistic
 from lmprobe.methods import realtask
 from tests.engine.conftest import tiny_llama_dir  # noqa: F401
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from transformers import BertConfig, BertModel, BertTokenizerFast
 
-from experiments import scope as front_end
 from lmprobe.checkpoints import variants
+from lmprobe.cli import scope as front_end
 from lmprobe.engine import Scorer
 from lmprobe.errors import LmprobeError
 from lmprobe.methods.scope import capabilities, models, training

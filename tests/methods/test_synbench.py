@@ -13,8 +13,8 @@ import pytest
 from scipy.linalg import block_diag, toeplitz
 from scipy.stats import chi2, ncx2, norm
 
-import kernels
-from experiments import synbench as front_end
+from lmprobe import kernels
+from lmprobe.cli import synbench as front_end
 from lmprobe.data import gaussian
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import synbench

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from experiments import synbench as front_end
+from lmprobe.cli import synbench as front_end
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import loss_data, robust_probe, synbench
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from experiments import syntextbench as front_end
+from lmprobe.cli import syntextbench as front_end
 from lmprobe.data import sentence_stats, synthetic
 from lmprobe.engine.runner import run_here
 from lmprobe.errors import LmprobeError

@@ -9,7 +9,7 @@ import pytest
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from experiments import syntextbench as front_end
+from lmprobe.cli import syntextbench as front_end
 from lmprobe.data import sentence_stats
 from lmprobe.data.stopwords import STOP_WORDS
 from lmprobe.engine import Scorer

@@ -12,18 +12,18 @@ import weakref
 import jax.numpy as jnp
 import pytest
 
-from experiments import cli
-from experiments import synbench as synbench_front_end
+from lmprobe.cli import common
+from lmprobe.cli import synbench as synbench_front_end
 from lmprobe.engine import runtime
 
 NO_GCSFS = importlib.util.find_spec("gcsfs") is None and importlib.util.find_spec("tensorflow") is None
 
 
 def test_dtype_defaults_to_auto_resolved_for_the_hardware():
-    p = cli.parser("x")
+    p = common.parser("x")
     args = p.parse_args([])
-    assert args.dtype == "auto" and cli.dtype(args) == jnp.float32  # CPU
-    assert cli.dtype(p.parse_args(["--dtype=bfloat16"])) == jnp.bfloat16
+    assert args.dtype == "auto" and common.dtype(args) == jnp.float32  # CPU
+    assert common.dtype(p.parse_args(["--dtype=bfloat16"])) == jnp.bfloat16
     with pytest.raises(SystemExit):
         p.parse_args(["--dtype=int8"])
     assert "per device" in p.format_help() and "data-parallel devices" in p.format_help()
@@ -39,7 +39,7 @@ class _Weights:
 def test_one_model_at_a_time_collects_what_the_loop_made_and_unfreezes_the_rest():
     older = _Weights()
     older_ref = weakref.ref(older)
-    with pytest.raises(RuntimeError), cli.one_model_at_a_time():
+    with pytest.raises(RuntimeError), common.one_model_at_a_time():
         assert gc.get_freeze_count() > 0
         del older  # made before the loop: frozen, so not collected inside it
         weights = _Weights()
@@ -53,7 +53,7 @@ def test_one_model_at_a_time_collects_what_the_loop_made_and_unfreezes_the_rest(
     assert older_ref() is None
     gc.freeze()  # a caller's own freeze (a server's, before it forks) stays as it was
     try:
-        with cli.one_model_at_a_time():
+        with common.one_model_at_a_time():
             pass
         assert gc.get_freeze_count() > 0
     finally:
@@ -61,12 +61,12 @@ def test_one_model_at_a_time_collects_what_the_loop_made_and_unfreezes_the_rest(
 
 
 def test_only_process_0_prints_and_shows_progress(monkeypatch, capsys):
-    cli.say("from process 0")
-    assert list(cli.progress(range(3), desc="bar")) == [0, 1, 2]
+    common.say("from process 0")
+    assert list(common.progress(range(3), desc="bar")) == [0, 1, 2]
     monkeypatch.setattr(runtime, "is_main", lambda: False)
-    cli.say("from process 1")
+    common.say("from process 1")
     numbers = range(3)
-    assert cli.progress(numbers, desc="quiet") is numbers  # the bare iteration
+    assert common.progress(numbers, desc="quiet") is numbers  # the bare iteration
     out, err = capsys.readouterr()
     assert "from process 0" in out and "from process 1" not in out and "quiet" not in err
 
@@ -84,12 +84,12 @@ def test_a_gs_output_dir_without_a_backend_fails_before_any_model_loads(tmp_path
 
 
 def test_ctrl_c_ends_with_one_line_naming_the_saved_run_and_status_130(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(cli, "_saved_in", [])
+    monkeypatch.setattr(common, "_saved_in", [])
 
-    @cli.main_guard
+    @common.main_guard
     def main(out):
         if out:
-            cli.output_dir(out)
+            common.output_dir(out)
         raise KeyboardInterrupt
 
     with pytest.raises(SystemExit) as stop:
@@ -108,10 +108,10 @@ def test_a_signal_in_a_front_end_process_prints_no_traceback(tmp_path, sig):
     # the child handles SIGINT as on a terminal: launched in the background (no job control), it inherits it ignored
     script = ("import os, signal, time\n"
               "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
-              "from experiments import cli\n"
-              "@cli.main_guard\n"
+              "from lmprobe.cli import common\n"
+              "@common.main_guard\n"
               "def main():\n"
-              f"    cli.output_dir({str(tmp_path)!r})\n"
+              f"    common.output_dir({str(tmp_path)!r})\n"
               f"    os.kill(os.getpid(), signal.{sig})\n"
               "    time.sleep(60)\n"
               "main()\n")

@@ -113,7 +113,7 @@ def test_a_resume_with_other_settings_is_refused(run):
 
 
 def test_front_end_reports_the_finished_run(run, capsys):
-    from experiments import train as front_end
+    from lmprobe.cli import train as front_end
 
     directory, result = run
     front_end.main(["--preset=tiny", f"--output_dir={directory}"])  # resumes at the last step: nothing to train
@@ -130,7 +130,7 @@ def test_front_end_reports_the_finished_run(run, capsys):
     (["--preset=tiny", "--steps=0"], "give an integer >= 1"),
 ])
 def test_bad_flags_are_one_line(argv, message, tmp_path, capsys):
-    from experiments import train as front_end
+    from lmprobe.cli import train as front_end
 
     with pytest.raises(SystemExit) as e:
         front_end.main([*argv, f"--output_dir={tmp_path}"])

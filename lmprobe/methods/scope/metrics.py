@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import kernels
+from lmprobe import kernels
 from lmprobe.errors import LmprobeError
 
 DEFAULT_TOLERANCE = 0.05

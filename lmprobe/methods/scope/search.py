@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import kernels
+from lmprobe import kernels
 from lmprobe.errors import LmprobeError
 from lmprobe.methods.scope.capabilities import Capability
 from lmprobe.perturb.constraints import Words, is_single_word

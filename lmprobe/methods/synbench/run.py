@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy import stats
 
-import kernels
+from lmprobe import kernels
 from lmprobe.data import gaussian
 from lmprobe.engine.runner import run_here
 from lmprobe.errors import LmprobeError

@@ -11,7 +11,7 @@ import numpy as np
 from scipy.linalg import solveh_banded
 from scipy.optimize import brentq
 
-import kernels
+from lmprobe import kernels
 from lmprobe.data import gaussian
 from lmprobe.errors import LmprobeError
 from lmprobe.methods.synbench.config import (

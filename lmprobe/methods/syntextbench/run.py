@@ -12,7 +12,7 @@ from collections.abc import Callable
 import jax.numpy as jnp
 import numpy as np
 
-import kernels
+from lmprobe import kernels
 from lmprobe.data import lexicons, sentence_stats, synthetic
 from lmprobe.engine.runner import run_here
 from lmprobe.errors import LmprobeError

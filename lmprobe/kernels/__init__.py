@@ -14,7 +14,7 @@ logistic    multinomial L2 logistic regression (sklearn's objective), C by k-fol
 Labels are +1 / -1 with 0 marking padding; leading axes are batch axes (tasks, scales).
 """
 
-from kernels.bayes import (
+from lmprobe.kernels.bayes import (
     GaussianClassModel,
     LinearMargins,
     MarginSummary,
@@ -24,7 +24,7 @@ from kernels.bayes import (
     synbench_accuracy_bound,
     syntextbench_accuracy_margin,
 )
-from kernels.divergence import (
+from lmprobe.kernels.divergence import (
     DEFAULT_CHUNK_SIZE,
     cosine_similarity,
     entropy,
@@ -35,13 +35,13 @@ from kernels.divergence import (
     token_set_log_mass,
     token_set_mass,
 )
-from kernels.integrals import (
+from lmprobe.kernels.integrals import (
     synbench_score,
     syntextbench_score,
     threshold_curve,
     threshold_curve_area,
 )
-from kernels.logistic import (
+from lmprobe.kernels.logistic import (
     SENTEVAL_CS,
     CrossValidation,
     LogisticModel,
@@ -49,7 +49,7 @@ from kernels.logistic import (
     cross_validated_c,
     stratified_folds,
 )
-from kernels.moments import (
+from lmprobe.kernels.moments import (
     ClassMoments,
     class_means,
     class_moments,
@@ -60,22 +60,22 @@ from kernels.moments import (
     pooled_covariance,
     symmetric_eigh,
 )
-from kernels.robust import (
+from lmprobe.kernels.robust import (
     RobustDirection,
     dual_exponent,
     project_onto_ball,
     robust_direction,
     robust_direction_lp,
 )
-from kernels.selection import Selection, select_best_candidate
-from kernels.theory import (
+from lmprobe.kernels.selection import Selection, select_best_candidate
+from lmprobe.kernels.theory import (
     expected_scaled_bound,
     gaussian_accuracy,
     imbalanced_accuracy,
     imbalanced_expected_scaled_bound,
     robust_accuracy,
 )
-from kernels.whitening import (
+from lmprobe.kernels.whitening import (
     DEFAULT_ENERGY,
     ClassWhitening,
     apply_class_whitening,

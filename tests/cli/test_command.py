@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from experiments import __main__ as command
-from experiments import catalog
+from lmprobe.cli import __main__ as command
+from lmprobe.cli import catalog
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ADVISORY = "PyTorch was not found"
@@ -87,7 +87,7 @@ def test_a_bad_flag_through_lmprobe_is_one_line():
         "error: argument --n: 'many' is not an integer (see lmprobe synbench --help)"]
 
 
-@pytest.mark.parametrize("first", ["lmprobe", "experiments.cli"])
+@pytest.mark.parametrize("first", ["lmprobe", "lmprobe.cli.common"])
 def test_no_pytorch_advisory_once_lmprobe_set_up(first):
     control = _run("-c", HIDE_TORCH + "import transformers")
     assert ADVISORY in control.stderr  # the test can see it
@@ -97,7 +97,7 @@ def test_no_pytorch_advisory_once_lmprobe_set_up(first):
 
 def test_a_front_end_run_prints_no_advisory(tmp_path):
     """A run that builds a tokenizer (transformers imported) with torch hidden."""
-    code = HIDE_TORCH + ("from experiments import synbench; synbench.main(['--model=minilm-l6', '--n=16', "
+    code = HIDE_TORCH + ("from lmprobe.cli import synbench; synbench.main(['--model=minilm-l6', '--n=16', "
                          f"'--scales=1,5', '--eps=0', '--a_t=0.7', '--output_dir={tmp_path}'])")
     done = _run("-c", code)
     assert done.returncode == 0, done.stderr

@@ -18,7 +18,7 @@ import pytest
 from flax.training import train_state
 from jax.sharding import PartitionSpec
 
-from experiments import sweep
+from lmprobe.cli import sweep
 from lmprobe.integrations.own_model import OwnModel
 from lmprobe.methods.realtask import start_tokens
 from tests.engine.conftest import VOCAB

@@ -14,7 +14,7 @@ import importlib.util
 import json
 import os
 
-from experiments import flags
+from lmprobe.cli import flags
 
 SECTIONS = {"corpora": "corpora (byod --corpus)", "labelled_datasets": "labelled datasets (scope / mstemp --dataset)",
             "lexicons": "lexicons (syntextbench --lexicon)", "profanity_lists": "profanity lists (byod --profanity)",

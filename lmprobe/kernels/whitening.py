@@ -43,7 +43,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from kernels.moments import class_moments, descending_eigh, numerical_support
+from lmprobe.kernels.moments import class_moments, descending_eigh, numerical_support
 
 DEFAULT_ENERGY = 0.99
 

@@ -9,7 +9,7 @@ from typing import Literal
 
 import pytest
 
-from experiments import flags
+from lmprobe.cli import flags
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,4 +199,4 @@ def test_library_errors_name_settings_and_front_ends_print_them_as_flags():
                                               "`other=1` or `column`")
     assert flags.as_flags("run `python -m experiments.assets --install data`", settings) == \
         "run `python -m experiments.assets --install data`"
-    # through a front end: tests/experiments/test_validate.py (SynBench's `synbench_n=64` as --synbench_n=64)
+    # through a front end: tests/cli/test_validate.py (SynBench's `synbench_n=64` as --synbench_n=64)

@@ -15,7 +15,7 @@ import time
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from experiments import cli, sweep
+from lmprobe.cli import common, sweep
 from lmprobe.store import read_json
 
 SMALL = ["--syntextbench_n=200", "--syntextbench_levels=0,0.9", "--synbench_n=80", "--synbench_scales=0.5,2",
@@ -46,14 +46,14 @@ def run_dir(tiny_llama_dir, tmp_path):
 
 @pytest.fixture
 def loads(monkeypatch):
-    """The paths cli.load_scorer loads, in order."""
-    seen, real = [], cli.load_scorer
+    """The paths common.load_scorer loads, in order."""
+    seen, real = [], common.load_scorer
 
     def counting(args, name=None, **kwargs):
         seen.append(os.path.basename(name))
         return real(args, name, **kwargs)
 
-    monkeypatch.setattr(cli, "load_scorer", counting)
+    monkeypatch.setattr(common, "load_scorer", counting)
     return seen
 
 
@@ -131,7 +131,7 @@ def test_watch_scores_a_step_written_after_it_started_and_stops_at_until_step(ru
 
 def test_a_step_deleted_while_read_is_skipped_and_ctrl_c_keeps_the_steps_done(run_dir, tmp_path, monkeypatch,
                                                                             capsys):
-    real = cli.load_scorer
+    real = common.load_scorer
 
     def rotating(args, name=None, **kwargs):
         if name.endswith("step_200"):
@@ -140,7 +140,7 @@ def test_a_step_deleted_while_read_is_skipped_and_ctrl_c_keeps_the_steps_done(ru
             raise KeyboardInterrupt
         return real(args, name, **kwargs)
 
-    monkeypatch.setattr(cli, "load_scorer", rotating)
+    monkeypatch.setattr(common, "load_scorer", rotating)
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as stop:
         _sweep(run_dir, out, *QUICK)
@@ -191,7 +191,7 @@ def test_two_processes_score_every_step_and_only_process_0_writes(run_dir, tmp_p
 
     shutil.rmtree(run_dir / "step_300")
     port, out = _free_port(), tmp_path / "out"
-    code = "import sys; from experiments import sweep; sweep.main(sys.argv[1:])"
+    code = "import sys; from lmprobe.cli import sweep; sweep.main(sys.argv[1:])"
     argv = [f"--checkpoints={run_dir}", f"--output_dir={out}", *QUICK]
     procs = [subprocess.Popen([sys.executable, "-c", code, *argv], cwd=REPO, text=True, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, env=_env(1, JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from experiments import (
+from lmprobe.cli import (
     byod,
-    cli,
+    common,
     flags,
     mstemp,
     plan,
@@ -114,14 +114,14 @@ def test_flags_keep_their_names_and_take_lists_both_ways(name, argv, expected):
 def test_a_method_field_named_as_a_shared_flag_fails_when_the_parser_is_built():
     @dataclasses.dataclass(frozen=True)
     class Config:
-        seed: int = 0  # reads the shared --seed (cli.METHOD_SHARED)
+        seed: int = 0  # reads the shared --seed (common.METHOD_SHARED)
         batch_size: int = 64
 
     with pytest.raises(TypeError, match=r"test_front_ends\..*Config\.batch_size: the parser already has "
                                         r"--batch_size.*names="):
-        cli.method(cli.parser("x"), Config)
-    p = cli.parser("x")
-    binding = cli.method(p, Config, names={"batch_size": "config_batch_size"})
+        common.method(common.parser("x"), Config)
+    p = common.parser("x")
+    binding = common.method(p, Config, names={"batch_size": "config_batch_size"})
     assert binding.make(p.parse_args(["--seed=2"])) == Config(seed=2, batch_size=64)
 
 
@@ -175,7 +175,7 @@ def test_scope_passes_the_shared_flags_to_every_model(tmp_path, monkeypatch):
         scope.main(["--reference=ref@bf16", "--model=t", f"--dataset={data}", "--model_parallel=2", "--sharding=tp",
                     "--revision=abc", "--offline", "--dtype=bfloat16", "--batch_size=3", f"--output_dir={tmp_path}"])
     (name, kwargs), = calls
-    assert name == "ref@bf16" and str(kwargs.pop("dtype")) == "bfloat16" and kwargs.pop("progress") is cli.progress
+    assert name == "ref@bf16" and str(kwargs.pop("dtype")) == "bfloat16" and kwargs.pop("progress") is common.progress
     assert kwargs == {"model_parallel": 2, "strategy": "tp", "offline": True, "allow_pickle": False,
                       "batch_size": 3, "revision": "abc"}
 
@@ -219,13 +219,13 @@ def test_synbench_loads_a_vit_with_the_shared_flags(tmp_path, monkeypatch):
     save_random(ViTModel, ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64,
                                     image_size=16, patch_size=8, num_channels=3), path)
     seen = {}
-    real = cli.load_checkpoint
+    real = common.load_checkpoint
 
     def spy(args, name, **kwargs):
         seen.update(model_parallel=args.model_parallel, sharding=args.sharding, revision=args.revision)
         return real(args, name, **kwargs)
 
-    monkeypatch.setattr(cli, "load_checkpoint", spy)
+    monkeypatch.setattr(common, "load_checkpoint", spy)
     out = tmp_path / "run"
     synbench.main([f"--model={path}", "--n=16", "--scales=1,5", "--a_t=0.7", "--eps=0", "--batch_size=8",
                    "--dtype=bfloat16", "--model_parallel=2", "--sharding=tp", f"--output_dir={out}"])
@@ -238,18 +238,18 @@ def test_synbench_loads_a_vit_with_the_shared_flags(tmp_path, monkeypatch):
 def test_warnings_go_to_stderr_and_info_follows_verbosity(capsys):
     from lmprobe import log
 
-    cli.parse(cli.parser("x"), ["--verbosity=info"])
-    cli.log.info("an info line")
-    cli.log.warning("a warning")
-    cli.say("the summary")
+    common.parse(common.parser("x"), ["--verbosity=info"])
+    common.log.info("an info line")
+    common.log.warning("a warning")
+    common.say("the summary")
     out, err = capsys.readouterr()
     assert out == "the summary\n" and err == "an info line\nwarning: a warning\n"
-    cli.parse(cli.parser("x"), ["--verbosity=error"])
-    cli.log.warning("hidden")
+    common.parse(common.parser("x"), ["--verbosity=error"])
+    common.log.warning("hidden")
     assert capsys.readouterr().err == "" and not log.enabled()
     numbers = range(2)
-    assert cli.progress(numbers) is numbers  # no bar, no progress lines
-    cli.parse(cli.parser("x"), [])  # back to info for the other tests
+    assert common.progress(numbers) is numbers  # no bar, no progress lines
+    common.parse(common.parser("x"), [])  # back to info for the other tests
 
 
 def test_plan_reads_the_config_of_the_revision_asked_for(tmp_path, monkeypatch, capsys):
@@ -321,7 +321,7 @@ def test_a_bad_value_is_one_line_and_status_2_before_any_model_work(name, argv, 
                                                                      capsys):
     monkeypatch.chdir(tmp_path)  # default output directories (runs/...) land here
     monkeypatch.setattr("lmprobe.engine.Scorer.load", lambda *a, **k: pytest.fail("a model was loaded"))
-    monkeypatch.setattr(cli, "load_checkpoint", lambda *a, **k: pytest.fail("a model was loaded"))
+    monkeypatch.setattr(common, "load_checkpoint", lambda *a, **k: pytest.fail("a model was loaded"))
     with pytest.raises(SystemExit) as stop:
         FRONT_ENDS[name].main(argv)
     err = capsys.readouterr().err

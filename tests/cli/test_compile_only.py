@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from experiments import syntextbench
+from lmprobe.cli import syntextbench
 from lmprobe.engine import targets
 from lmprobe.engine.runner import Runner
 
@@ -109,7 +109,7 @@ def test_syntextbench_compiles_the_generators_generation(tmp_path, tiny_minilm_d
 def test_byod_compile_only_compiles_every_step_the_run_runs(tmp_path, monkeypatch):
     """BYOD's scoring of pairs, hidden states at positions and pair statistics: the same (step, shapes)
     and calls as a real run of the same command."""
-    from experiments import byod
+    from lmprobe.cli import byod
 
     argv = ["--model=smollm2-135m", "--corpus=fortunes", "--max_examples=4", "--metrics=negation,word_order,entropy",
             "--benign=", "--batch_size=2"]
@@ -207,7 +207,7 @@ def test_bad_targets_are_one_line(argv, says, tmp_path, capsys):
 
 
 def test_a_front_end_without_target_names_those_with_it(capsys):
-    from experiments import train
+    from lmprobe.cli import train
 
     with pytest.raises(SystemExit) as e:
         train.main(["--target=v5e-8"])
@@ -220,7 +220,7 @@ def test_synbench_compiles_embed_inputs_for_every_batch(tmp_path, tiny_minilm_di
     """SynBench's language model: Scorer.embed_inputs of every Gaussian batch of every scale, split and
     --input_scales factor (2 x 2 x 2 x 3 batches of 16, the last one cut short and padded), at
     [batch_size, seq_len, hidden]; no embedding moments computed, no representation cached."""
-    from experiments import synbench
+    from lmprobe.cli import synbench
 
     synbench.main([f"--model={tiny_minilm_dir}", "--n=40", "--scales=1,5", "--eps=0", "--a_t=0.7", "--batch_size=16",
                    "--seq_len=4", "--input_scales=1,2", "--compile_only", f"--output_dir={tmp_path}"])
@@ -242,7 +242,7 @@ def test_synbench_compiles_l1_classifiers_and_the_robust_probe(tmp_path, tiny_mi
     """An l1 budget's classifiers (one program over the scales) and the robust probe on the representation
     (Table 6: a standard and a robust probe share one training program; each evaluated in one batch): with the
     embedding of the probe's own 40 + 40 inputs, (5 + 5) + (3 + 3) batches of 16."""
-    from experiments import synbench
+    from lmprobe.cli import synbench
 
     synbench.main([f"--model={tiny_minilm_dir}", "--n=80", "--scales=1", "--eps=0,0.5", "--a_t=0.7", "--norm=1",
                    "--robust_probe", "--probe_attack=representation", "--probe_n=40", "--probe_steps=5",
@@ -258,7 +258,7 @@ def test_synbench_compiles_l1_classifiers_and_the_robust_probe(tmp_path, tiny_mi
 
 
 def test_synbench_without_a_language_model_is_refused_in_one_line(tmp_path, capsys):
-    from experiments import synbench
+    from lmprobe.cli import synbench
 
     with pytest.raises(SystemExit) as e:
         synbench.main(["--model=identity", "--compile_only", f"--output_dir={tmp_path}"])
@@ -274,7 +274,7 @@ def test_mstemp_compiles_each_models_generation_and_scoring(tmp_path):
     loads it; the filter minilm-l6): the evaluator's generation (prefill and decode loop) at
     --max_new_tokens for every prompt (4 seeds x 2 candidates), the target's zero-shot scoring, the filter's
     embedding (on the seeds: zeros give no candidate)."""
-    from experiments import mstemp
+    from lmprobe.cli import mstemp
 
     mstemp.main(["--model=smollm2-135m", "--evaluator=smollm2-135m", _labelled(tmp_path), "--max_examples=4",
                  "--n_templates=2", "--m_samples=1", "--max_new_tokens=8", "--batch_size=4",
@@ -295,7 +295,7 @@ def test_mstemp_compiles_each_models_generation_and_scoring(tmp_path):
 def test_scope_compiles_the_reference_and_each_model(tmp_path, tiny_smollm2_dir):
     """SCoPE: the reference's and each model's (--model) zero-shot steps (label words '0' and '1': next-token
     or answer scoring) over the base texts and the search's perturbations, a report each in one results.json."""
-    from experiments import scope
+    from lmprobe.cli import scope
 
     scope.main([f"--reference={tiny_smollm2_dir}", f"--model={tiny_smollm2_dir}@bf16", _labelled(tmp_path),
                 "--max_examples=2", "--batch_size=2", "--trials=1", "--capability=typo", "--bootstrap=0",
@@ -317,7 +317,7 @@ def test_scope_compiles_the_reference_and_each_model(tmp_path, tiny_smollm2_dir)
 def test_scope_old_target_flag_and_checkpoint_heads_are_one_line(argv, says, tmp_path, capsys):
     """SCoPE's models moved from --target to --model: an old --target=MODEL says so; --compile_only refuses a
     head read from a checkpoint (it reads no weights)."""
-    from experiments import scope
+    from lmprobe.cli import scope
 
     with pytest.raises(SystemExit) as e:
         scope.main([*argv, _labelled(tmp_path), "--max_examples=4", f"--output_dir={tmp_path}"])
@@ -331,7 +331,7 @@ def test_scope_compiles_a_fine_tuned_heads_training_for_v5e_8(tmp_path, tiny_min
     on the model's fsdp shards, the trained head's scoring (a black box of it samples those scores). Adam's
     moments are sharded as the parameters: a step's arguments are about 3x the parameters per device (8x
     more, were they replicated)."""
-    from experiments import scope
+    from lmprobe.cli import scope
 
     scope.main([f"--reference={tiny_minilm_dir}", f"--model=blackbox:{tiny_minilm_dir}", _labelled(tmp_path),
                 "--max_examples=2", "--batch_size=2", "--trials=1", "--capability=typo", "--bootstrap=0",
@@ -349,7 +349,7 @@ def test_scope_compiles_a_fine_tuned_heads_training_for_v5e_8(tmp_path, tiny_min
 @needs_libtpu
 def test_synbench_compiles_for_v5e_8(tmp_path, tiny_minilm_dir):
     """(Tiny) MiniLM's embed_inputs for a v5e-8: 8 rows on 8 data shards, bf16, the TPU compiler's verdict and cost."""
-    from experiments import synbench
+    from lmprobe.cli import synbench
 
     synbench.main([f"--model={tiny_minilm_dir}", "--n=16", "--scales=1", "--eps=0", "--a_t=0.7", "--batch_size=1",
                    "--seq_len=4", "--target=v5e-8", "--compile_only", f"--output_dir={tmp_path}"])

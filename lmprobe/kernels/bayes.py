@@ -24,15 +24,15 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from kernels.moments import (
+from lmprobe.kernels.moments import (
     class_moments,
     descending_eigh,
     in_sequence_on_tpu,
     numerical_support,
     pooled_covariance,
 )
-from kernels.robust import robust_direction
-from kernels.whitening import DEFAULT_ENERGY, apply_class_whitening, fit_class_whitening
+from lmprobe.kernels.robust import robust_direction
+from lmprobe.kernels.whitening import DEFAULT_ENERGY, apply_class_whitening, fit_class_whitening
 
 
 class LinearMargins(NamedTuple):

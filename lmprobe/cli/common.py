@@ -24,9 +24,9 @@ import types
 
 from tqdm.auto import tqdm
 
-from experiments import flags
 from lmprobe import log as _logging
 from lmprobe import store
+from lmprobe.cli import flags
 from lmprobe.engine import runtime
 from lmprobe.errors import LmprobeError
 
@@ -62,7 +62,7 @@ class Compile:
     batch geometry, nothing run and no weight read (lmprobe.engine.aot)."""
 
     # compile for this TPU slice (v4-8, v5e-8, v5e-16, v5e-256, v5p-8, v6e-8, ...) with libtpu's compiler on
-    # this host, no TPU needed (pip install 'lmprobe[tpu]'); with --compile_only
+    # this host, no TPU needed (pip install 'lmprobe-jax[tpu]'); with --compile_only
     target: str | None = None
     num_slices: int = 1  # slices of --target joined over the data-center network
     # compile every step the run would execute (per step: shapes, memory per device and fit, the TPU cost

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from kernels.moments import symmetric_eigh
+from lmprobe.kernels.moments import symmetric_eigh
 
 
 class RobustDirection(NamedTuple):
