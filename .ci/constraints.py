@@ -46,5 +46,5 @@ def closure(root: str, extras: tuple[str, ...]) -> dict[str, tuple[str, str]]:
 
 if __name__ == "__main__":
     print(HEADER, end="")
-    for name, version in sorted(closure("lmprobe", ("test", "lm_eval")).values(), key=lambda nv: _key(nv[0])):
+    for name, version in sorted(closure("lmprobe-jax", ("test", "lm_eval")).values(), key=lambda nv: _key(nv[0])):
         print(f"{name}=={version.split('+')[0]}")  # torch 2.13.0+cpu: ==2.13.0 matches any local build

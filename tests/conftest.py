@@ -22,9 +22,11 @@ go first). Where a test module ends with the process past MAPPINGS_BOUND memory 
 each program it holds), jax's in-memory caches are cleared.
 
 The user jobs (tests/test_no_torch.py: each front end in its own interpreter, minutes together) start with
-the session's first test and run at the lowest priority beside it, on what the suite's process leaves idle,
-with a compilation cache of their own (JOBS_CACHE); so do the jobs that a ``starts_early`` marker names (the
-two-process job of tests/engine/test_multiprocess.py; EARLY_CACHE).
+the session's first test and run beside it at its own priority (a busy machine cannot starve them), using
+what the suite's process leaves idle, with a compilation cache of their own (JOBS_CACHE); so do the jobs that
+a ``starts_early`` marker names (the two-process job of tests/engine/test_multiprocess.py; EARLY_CACHE). A job
+is ended only when it fails or writes nothing for minutes (tests.user_jobs.wait_while_progressing), never for
+being slow.
 """
 
 import logging
@@ -127,7 +129,7 @@ USER_JOBS = pytest.StashKey()  # the session's tests.user_jobs.Background
 @pytest.fixture(scope="session", autouse=True)
 def user_jobs_running(request, tmp_path_factory):
     """The user jobs that the session's tests name (``user_jobs`` markers: tests/test_no_torch.py), started with
-    its first test and run one after another at the lowest priority beside the suite (tests.user_jobs.Background);
+    its first test and run one after another beside the suite, at its priority (tests.user_jobs.Background);
     None when no selected test names one."""
     jobs = [job for item in request.session.items for marker in item.iter_markers("user_jobs") for job in marker.args]
     if not jobs:

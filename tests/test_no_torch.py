@@ -3,8 +3,8 @@
 packages cannot be imported, and any attempt to import one fails the test. torch is a test
 dependency (transformers' models are the parity reference), never a run-time one: a user's install
 has none, nor lm_eval, nltk, scikit-learn... (those a job may try, as an optional package, and must
-run without). This is where the jobs run (started with the session's first test, at low priority, beside
-the rest of the suite: tests/conftest.py); CI's user-install step runs only their install check
+run without). This is where the jobs run (started with the session's first test, beside the rest of the
+suite: tests/conftest.py); CI's user-install step runs only their install check
 (tests.user_jobs --install_check)."""
 
 from __future__ import annotations

@@ -18,12 +18,12 @@ settings that take seconds; a job is one command line, as a user types it.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # job -> front end and its flags (--output_dir is added per run)
@@ -133,23 +133,58 @@ def command(job: str, output_dir: str, *, no_torch: bool = False) -> list[str]:
     return [sys.executable, "-m", module, *args]
 
 
-def run(job: str, output_dir: str, *, no_torch: bool = False, timeout: float = 900) -> subprocess.CompletedProcess:
-    """Run ``job`` in a fresh interpreter (the test extra hidden with ``no_torch``); its output captured."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.run(command(job, output_dir, no_torch=no_torch), capture_output=True, text=True,
-                          timeout=timeout, env=env, cwd=REPO)
+STALL_S = 600  # a job that writes nothing (stdout, stderr) for this long has stopped making progress: it is ended
+
+
+def wait_while_progressing(processes: list[subprocess.Popen], logs: list[str], *, stall_s: float = STALL_S,
+                           poll_s: float = 1.0) -> bool:
+    """Wait for ``processes`` to exit, as long as they make progress: any growth of the files ``logs`` (their
+    output; a long stage logs a progress line every 30 s) is progress, however slow the machine. Once none grew
+    for ``stall_s`` seconds, every process is killed and False returned. A job is never ended for being slow."""
+    sizes, last = None, time.monotonic()
+    while any(p.poll() is None for p in processes):
+        now = [os.path.getsize(f) if os.path.exists(f) else 0 for f in logs]
+        if now != sizes:
+            sizes, last = now, time.monotonic()
+        elif time.monotonic() - last > stall_s:
+            for p in processes:
+                p.kill()
+            for p in processes:
+                p.wait()
+            return False
+        time.sleep(poll_s)
+    return True
+
+
+def run(job: str, output_dir: str, *, no_torch: bool = False, env: dict | None = None,
+        started: Callable[[subprocess.Popen], None] = lambda process: None) -> subprocess.CompletedProcess:
+    """Run ``job`` in a fresh interpreter in REPO (the test extra hidden with ``no_torch``), its output captured
+    through files beside ``output_dir``; ended only when it stops making progress (``wait_while_progressing``).
+    ``started`` is given the process as soon as it runs (to kill it from elsewhere)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    logs = [f"{output_dir}.stdout", f"{output_dir}.stderr"]
+    os.makedirs(os.path.dirname(output_dir) or ".", exist_ok=True)
+    with open(logs[0], "w") as out, open(logs[1], "w") as err:
+        process = subprocess.Popen(command(job, output_dir, no_torch=no_torch), stdout=out, stderr=err,
+                                   text=True, env=env, cwd=REPO)
+    started(process)
+    progressed = wait_while_progressing([process], logs)
+    with open(logs[0]) as out, open(logs[1]) as err:
+        stdout, stderr = out.read(), err.read()
+    if not progressed:
+        stderr += f"\nuser_jobs: killed after {STALL_S:.0f} s without output"
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 class Background:
-    """``jobs`` (and the jobs they need) run one after another, with the test extra hidden, in a thread and at
-    the lowest CPU priority, while the caller goes on: the suite starts them with its first test, so that they
-    use what its own process leaves idle (much of a test is one core's Python, tracing and compiling).
-    ``result(job)`` waits for one; ``stop()`` ends the run, killing a job under way."""
+    """``jobs`` (and the jobs they need) run one after another, with the test extra hidden, in a thread, while
+    the caller goes on: the suite starts them with its first test, so that they use what its own process leaves
+    idle (much of a test is one core's Python, tracing and compiling). They run at the suite's own priority, so
+    that neither the suite nor other work on a busy machine can starve them, and end only when they fail or stop
+    making progress (``run``). ``result(job)`` waits for one; ``stop()`` ends the run, killing a job under way."""
 
-    def __init__(self, jobs, folder: str, *, env: dict | None = None, timeout: float = 900):
-        self.folder, self.timeout = folder, timeout
-        # the environment now (a test's monkeypatched variables reach no job), with ``env`` over it
-        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    def __init__(self, jobs, folder: str, *, env: dict | None = None):
+        self.folder, self.env = folder, env
         self.order = list(dict.fromkeys(j for job in jobs for j in (NEEDS.get(job), job) if j))
         self.results: dict[str, subprocess.CompletedProcess] = {}
         self.seconds: dict[str, float] = {}
@@ -177,32 +212,25 @@ class Background:
         self._thread.join()
 
     def _run_all(self) -> None:
-        nice = [shutil.which("nice"), "-n", "19"] if shutil.which("nice") else []
         for job in self.order:
             start = time.perf_counter()
             try:
-                self.results[job] = self._run_one(job, nice)
+                self.results[job] = self._run_one(job)
             except Exception as error:  # a job that cannot start fails its test instead of hanging it
                 self.results[job] = subprocess.CompletedProcess(job, -1, "", f"user_jobs: {error!r}")
             finally:
                 self.seconds[job] = time.perf_counter() - start
                 self._done[job].set()
 
-    def _run_one(self, job: str, nice: list) -> subprocess.CompletedProcess:
+    def _run_one(self, job: str) -> subprocess.CompletedProcess:
         if self._stopped:
             return subprocess.CompletedProcess(job, -9, "", "stopped before it started")
-        self._process = subprocess.Popen(  # in REPO, not where a test may have moved meanwhile
-            [*nice, *command(job, self.output_dir(job), no_torch=True)], stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, env=self.env, cwd=REPO)
+        return run(job, self.output_dir(job), no_torch=True, env=self.env, started=self._started)
+
+    def _started(self, process: subprocess.Popen) -> None:
+        self._process = process
         if self._stopped:
-            self._process.kill()
-        try:
-            out, err = self._process.communicate(timeout=self.timeout)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            out, err = self._process.communicate()
-            err += f"\nuser_jobs: killed after {self.timeout:.0f} s"
-        return subprocess.CompletedProcess(job, self._process.returncode, out, err)
+            process.kill()
 
 
 def main(argv_: list[str] | None = None) -> int:

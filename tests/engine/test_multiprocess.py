@@ -19,9 +19,9 @@ import textwrap
 
 import pytest
 
+from tests.user_jobs import wait_while_progressing
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-NICE = 10  # the jobs run beside the suite: below its process, above the user jobs (19)
-TIMEOUT_S = 420
 TOLERANCE = 1e-6
 # what differs between two runs of the same computation: clocks, and where and how it ran
 IGNORED_KEYS = {"timings_s", "seconds", "seconds_per_perturbed_sample", "wall_s", "device", "devices", "time",
@@ -97,22 +97,17 @@ def _env(devices: int, **extra) -> dict:
 def _start(out_dir, models, env, log_prefix):
     stdout, stderr = open(f"{log_prefix}.out", "w"), open(f"{log_prefix}.err", "w")
     proc = subprocess.Popen(
-        ["nice", "-n", str(NICE), sys.executable, "-c", DRIVER, str(out_dir), *models], cwd=REPO, env=env,
+        [sys.executable, "-c", DRIVER, str(out_dir), *models], cwd=REPO, env=env,
         stdout=stdout, stderr=stderr,
     )
     return proc, log_prefix
 
 
 def _finish(jobs):
-    """Wait for every process (all killed on a timeout); {log_prefix: (stdout, stderr)}."""
-    try:
-        for proc, _ in jobs:
-            proc.wait(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        for proc, _ in jobs:
-            proc.kill()
-        for proc, _ in jobs:
-            proc.wait()
+    """Wait for every process while they make progress (all killed once none wrote anything for a while:
+    tests.user_jobs.wait_while_progressing); {log_prefix: (stdout, stderr)}."""
+    outputs = [f"{prefix}.{end}" for _, prefix in jobs for end in ("out", "err")]
+    wait_while_progressing([proc for proc, _ in jobs], outputs)
     logs = {}
     for proc, prefix in jobs:
         with open(f"{prefix}.out") as f, open(f"{prefix}.err") as g:
@@ -158,7 +153,8 @@ SUMMARIES = ("== BYOD", "SynTextBench score", "SynBench-Score", "results in")
 
 
 class Jobs:
-    """The one-process job and the two-process job (three processes), started together at ``NICE``."""
+    """The one-process job and the two-process job (three processes), started together beside the suite, at its
+    priority (a busy machine cannot starve them)."""
 
     def __init__(self, folder, models, cache: str):
         port = _free_port()
