@@ -51,33 +51,31 @@ def _status(found: bool, detail: str) -> str:
     return f"yes ({detail})" if found else f"no: {detail}"
 
 
-def _hub_cache(root: str) -> list[dict]:
-    """The models in a Hugging Face hub cache: repo id, refs (branch -> commit), snapshots, size, model_type."""
+def _hub_cache(root: str) -> tuple[list[dict], list[str]]:
+    """The models in a Hugging Face hub cache (huggingface_hub.scan_cache_dir): repo id, refs (branch ->
+    commit), snapshots, size, model_type; and one line per cache entry it could not read."""
+    from huggingface_hub import CacheNotFound, scan_cache_dir
+
+    try:
+        info = scan_cache_dir(root)
+    except CacheNotFound:
+        return [], []
     out = []
-    for entry in sorted(os.listdir(root)) if os.path.isdir(root) else []:
-        if not entry.startswith("models--"):
-            continue
-        path = os.path.join(root, entry)
-        refs = {}
-        for ref in os.listdir(os.path.join(path, "refs")) if os.path.isdir(os.path.join(path, "refs")) else []:
-            with open(os.path.join(path, "refs", ref), encoding="utf-8") as f:
-                refs[ref] = f.read().strip()[:12]
-        snapshots = sorted(os.listdir(os.path.join(path, "snapshots"))) if os.path.isdir(
-            os.path.join(path, "snapshots")) else []
-        blobs = os.path.join(path, "blobs")
-        size = sum(os.path.getsize(os.path.join(blobs, b)) for b in os.listdir(blobs)) if os.path.isdir(blobs) else 0
-        model_type = None
-        for snap in snapshots:
-            config = os.path.join(path, "snapshots", snap, "config.json")
-            if os.path.isfile(config):
-                try:
-                    with open(config, encoding="utf-8") as f:
-                        model_type = json.load(f).get("model_type")
-                except (OSError, ValueError):
-                    pass
-        out.append({"repo": entry[len("models--"):].replace("--", "/"), "refs": refs,
-                    "snapshots": [s[:12] for s in snapshots], "bytes": size, "model_type": model_type})
-    return out
+    for repo in sorted((r for r in info.repos if r.repo_type == "model"), key=lambda r: r.repo_id):
+        revisions = sorted(repo.revisions, key=lambda r: r.commit_hash)
+        configs = [f.file_path for r in revisions for f in r.files if f.file_name == "config.json"]
+        out.append({"repo": repo.repo_id, "refs": {ref: rev.commit_hash[:12] for ref, rev in sorted(repo.refs.items())},
+                    "snapshots": [r.commit_hash[:12] for r in revisions], "bytes": repo.size_on_disk,
+                    "model_type": _model_type(configs[-1]) if configs else None})
+    return out, [str(w) for w in info.warnings]
+
+
+def _model_type(config_path) -> str | None:
+    try:
+        with open(config_path, encoding="utf-8") as f:
+            return json.load(f).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def model_catalog() -> dict:
@@ -86,7 +84,7 @@ def model_catalog() -> dict:
     from lmprobe.checkpoints.embedded import EMBEDDED, embedded_path
 
     cache = hub.cache_dir()
-    cached = _hub_cache(cache)
+    cached, unreadable = _hub_cache(cache)
     repos = {c["repo"].lower() for c in cached}
     return {
         "embedded": [{"name": name, "package": req, **_check(lambda name=name: embedded_path(name), "installed")}
@@ -98,7 +96,8 @@ def model_catalog() -> dict:
         "aliases": [{"alias": a, "hub_id": repo, "shipped_config": configs.path_of(a) is not None,
                      "cached": repo.lower() in repos} for a, repo in sorted(aliases.ALIASES.items())],
         "shipped_configs": configs.names(),
-        "hub_cache": {"directory": cache, "offline": hub.is_offline(None), "models": cached},
+        "hub_cache": {"directory": cache, "offline": hub.is_offline(None), "models": cached,
+                      **({"unreadable": unreadable} if unreadable else {})},
     }
 
 
@@ -190,6 +189,8 @@ def models(argv=None) -> int:
     for m in hub["models"]:
         refs = ", ".join(f"{k} -> {v}" for k, v in m["refs"].items()) or ", ".join(m["snapshots"])
         print(f"  {m['repo']:<44} {m['model_type'] or '?':<12} {_gib(m['bytes']):>10}  {refs}")
+    for line in hub.get("unreadable", []):
+        print(f"  unreadable: {line}")
     if not hub["models"]:
         print("  (empty)")
     return 0

@@ -46,11 +46,13 @@ def test_models_lists_aliases_embedded_models_configs_and_the_hub_cache(capsys, 
     (snapshot / "config.json").write_text('{"model_type": "llama"}')
     (tmp_path / "hub" / "models--org--tiny" / "refs").mkdir()
     (tmp_path / "hub" / "models--org--tiny" / "refs" / "main").write_text("0123456789abcdef")
+    (tmp_path / "hub" / "models--org--broken").mkdir()  # no snapshots: huggingface_hub's scan reports it
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     assert command.main(["models"]) == 0
     out = capsys.readouterr().out
     assert "smollm2-135m" in out and "opt-13b" in out and "facebook/opt-13b" in out and "config" in out
     assert "org/tiny" in out and "llama" in out and "main -> 0123456789ab" in out
+    assert "unreadable: " in out and "models--org--broken" in out and "org/broken " not in out
     assert command.main(["models", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert {m["name"] for m in data["embedded"]} == {"smollm2-135m", "minilm-l6"}
