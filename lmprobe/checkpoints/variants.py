@@ -1,5 +1,5 @@
 """Model variants as nnx state transforms, named after a checkpoint: ``Scorer.load("NAME@int8")``.
-They ask "does this design choice keep the invariances?" of one checkpoint (SCoPE ../seeds/002
+They ask "does this design choice keep the invariances?" of one checkpoint (SCoPE, Rawal & Toneva, arXiv:2311.04166v1
 Sec. 4 compares design choices).
 
     NAME@bf16          every floating parameter rounded to bfloat16 (compute dtype unchanged)

@@ -1,4 +1,4 @@
-"""Text corpora for the self-supervised metrics (BYOD, ../seeds/001): "bring your own data".
+"""Text corpora for the self-supervised metrics (BYOD, Jain et al., arXiv:2306.13651): "bring your own data".
 
 A Corpus is a list of paragraphs, each a list of sentences. load_corpus reads a user's text
 (.txt, a directory of .txt, .jsonl / .csv / .tsv with a text column, tfds:..., hf:...) or one of

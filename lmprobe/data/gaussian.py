@@ -1,4 +1,4 @@
-"""Class-conditional Gaussian inputs of SynBench (../seeds/003 Sec. 3.1, 3.3, App. D, App. F).
+"""Class-conditional Gaussian inputs of SynBench (Ko et al., arXiv:2210.02989 Sec. 3.1, 3.3, App. D, App. F).
 
     x | y ~ N(offset + y * s * 1_d / sqrt(d), Sigma),   P(y = +1) = tau,   d = prod(input_shape)
 

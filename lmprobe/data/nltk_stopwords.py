@@ -1,4 +1,4 @@
-"""NLTK's English stop-word list, the one the SCoPE reference code filters with (../seeds/002
+"""NLTK's English stop-word list, the one the SCoPE reference code filters with (Rawal & Toneva, arXiv:2311.04166v1
 Sec. 3.2 "constrain modifications of words that are stopwords"; the reference calls
 ``nltk.corpus.stopwords.words("english")``), shipped as data so nothing is downloaded at run time.
 

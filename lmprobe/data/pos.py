@@ -1,6 +1,6 @@
 """Word tokenization and Penn-Treebank part-of-speech tagging, with or without nltk data.
 
-MSTemp (../seeds/004, Sec. 3.1) parses paraphrases with NLTK. nltk's tagger needs its
+MSTemp (Liu et al., arXiv:2310.01448v2, Sec. 3.1) parses paraphrases with NLTK. nltk's tagger needs its
 'averaged_perceptron_tagger_eng' data, which cannot be downloaded offline, so ``get_tagger``
 gives nltk's tagger when that data is installed and otherwise ``WordNetTagger``: closed-class
 word lists (determiners, pronouns, prepositions, auxiliaries, ...) plus WordNet 3.0's lexicon

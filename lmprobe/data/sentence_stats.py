@@ -1,4 +1,4 @@
-"""Statistics of labelled sentiment sentences behind SynTextBench's Fig. 3 and Fig. 5 (../seeds/000).
+"""Statistics of labelled sentiment sentences behind SynTextBench's Fig. 3 and Fig. 5 (Ko et al., COLM 2024).
 
 Fig. 3: the average percentage of label-class words (positive words in positive sentences,
 negative words in negative ones) per sentence, against the mixing ratio p, for LM-free (Sec. 2.2)

@@ -1,8 +1,16 @@
 """Evaluation methods, one module (or package) each: a pipeline from inputs to a typed result.
 
-``syntextbench`` (000), ``byod`` (001), ``scope`` (002), ``synbench`` (003), ``mstemp`` (004);
-``icl``: in-context-learning accuracy; ``loss_data``: the loss-data baselines (Val loss, MDL,
-SDL, eSC) SynTextBench compares against; ``robust_probe``: SynBench's eps-robust linear probing.
+The five papers, cited by authors and arXiv id (sections, equations and tables refer to that version):
+``syntextbench``: Ko, Chen, Das, Chuang, Daniel, "On Robustness-Accuracy Characterization of Language Models
+using Synthetic Datasets", COLM 2024 (OpenReview C0j44uRPcl); ``byod``: Jain et al., "Bring Your Own Data!
+Self-Supervised Evaluation for Large Language Models", arXiv:2306.13651; ``scope``: Rawal & Toneva, "Perturbed
+examples reveal invariances shared by language models", arXiv:2311.04166v1; ``synbench``: Ko, Chen, Mohapatra,
+Das, Daniel, "SynBench: Task-Agnostic Benchmarking of Pretrained Representations using Synthetic Data",
+arXiv:2210.02989; ``mstemp``: Liu, Chen, Wang, Mei, Xie, "Meta Semantic Template for Evaluation of Large
+Language Models", arXiv:2310.01448v2.
+
+``icl``: in-context-learning accuracy; ``loss_data``: the loss-data baselines (Val loss, MDL, SDL, eSC)
+SynTextBench compares against; ``robust_probe``: SynBench's eps-robust linear probing.
 """
 
 from lmprobe.errors import LmprobeError

@@ -1,4 +1,4 @@
-"""Epsilon-robust linear probing with eps chosen by SynBench (../seeds/003 Sec. 4, Table 6, Table 9).
+"""Epsilon-robust linear probing with eps chosen by SynBench (Ko et al., arXiv:2210.02989 Sec. 4, Table 6, Table 9).
 
 A linear head g(z) = z W + b on a frozen representation f is trained by adversarial training,
 

@@ -1,4 +1,4 @@
-"""Constraints on word-level perturbations (SCoPE, ../seeds/002 Sec. 3.2): which words of a text
+"""Constraints on word-level perturbations (SCoPE, Rawal & Toneva, arXiv:2311.04166v1 Sec. 3.2): which words of a text
 a linguistic capability may modify.
 
 Synonym- and Typo-Invariance leave alone stop words (case-insensitive: "The" is as much a stop

@@ -1,4 +1,4 @@
-"""Fairness's transformation (SCoPE, ../seeds/002 App. C): replace a word naming a protected
+"""Fairness's transformation (SCoPE, Rawal & Toneva, arXiv:2311.04166v1 App. C): replace a word naming a protected
 category by another category of the same stereotype domain ("Men love sports." -> "Women love
 sports.").
 

@@ -1,4 +1,4 @@
-"""Synonym-Invariance's transformation (SCoPE, ../seeds/002 Sec. 3.2; Ren et al. 2019, PWWS):
+"""Synonym-Invariance's transformation (SCoPE, Rawal & Toneva, arXiv:2311.04166v1 Sec. 3.2; Ren et al. 2019, PWWS):
 replace a word by a WordNet synonym ("movie" -> "film", "movies" -> "films").
 
 Candidates are the lemma names of the synsets of the word's lemmas, parts of speech in WordNet's

@@ -1,4 +1,4 @@
-"""Typo-Invariance's transformation (SCoPE, ../seeds/002 Sec. 3.2): swap interior characters of a
+"""Typo-Invariance's transformation (SCoPE, Rawal & Toneva, arXiv:2311.04166v1 Sec. 3.2): swap interior characters of a
 word ("all characters in a word except the first and last one"), first and last kept.
 
 Two swap kinds (``SWAPS``):

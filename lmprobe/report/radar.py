@@ -1,4 +1,4 @@
-"""BYOD's radar chart (../seeds/001 Fig. 2, Fig. 12): one polygon per model over five sensitivity scores.
+"""BYOD's radar chart (Jain et al., arXiv:2306.13651 Fig. 2, 12): one polygon per model over five sensitivity scores.
 
 Every axis has a fixed range (AXES), the same whoever is drawn, oriented so that outward is better
 ("the more area that is covered the better", Fig. 12). A value beyond its range is drawn at the end it

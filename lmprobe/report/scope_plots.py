@@ -1,4 +1,4 @@
-"""SCoPE's figures (../seeds/002 Fig. 3-5, 8, 12): grouped bars of the five metrics per target
+"""SCoPE's figures (Rawal & Toneva, arXiv:2311.04166v1 Fig. 3-5, 8, 12): grouped bars of the five metrics per target
 model with the paper's error bars (standard error over trials), and a reference x target heat
 map for a model matrix."""
 

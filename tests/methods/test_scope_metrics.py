@@ -1,4 +1,4 @@
-"""Hard-/Soft-SCoPE and agreements (../seeds/002 Sec. 3.3, App. E Table 1)."""
+"""Hard-/Soft-SCoPE and agreements (Rawal & Toneva, arXiv:2311.04166v1 Sec. 3.3, App. E Table 1)."""
 
 import jax.numpy as jnp
 import numpy as np

@@ -13,7 +13,7 @@ from lmprobe.perturb.fairness import PROTECTED_CATEGORIES, fairness_swap, substi
 from lmprobe.perturb.synonym import inflect, synonym_swap, synonyms
 from lmprobe.perturb.typo import adjacent_swaps, any_swaps, interior_swaps, typo, typos
 
-# Table 3 (App. L) of ../seeds/002: word -> the typo the paper prints.
+# Table 3 (App. L) of Rawal & Toneva, arXiv:2311.04166v1: word -> the typo the paper prints.
 TABLE_3_TYPOS = {"fast": "fsat", "slow": "solw", "hope": "hpoe", "inventive": "inevntive", "funny": "fnuny",
                  "disappointment": "disappointemnt"}
 

@@ -1,4 +1,4 @@
-"""Numbers transcribed from the SynTextBench paper's tables (seeds/000_...), as printed.
+"""Numbers transcribed from the SynTextBench paper's tables (Ko et al., COLM 2024), as printed.
 
 Encoders: Table 6 (SentEval), Table 7 (metrics per n and their Pearson correlation with the
 "Reallife acc." row), Table 11 (robustness), Table 12 (rankings at n = 8192), Table 2

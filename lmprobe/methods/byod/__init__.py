@@ -1,4 +1,4 @@
-"""BYOD (Jain et al., ../seeds/001): self-supervised evaluation by a model's sensitivity to text
+"""BYOD (Jain et al., arXiv:2306.13651): self-supervised evaluation by a model's sensitivity to text
 transformations of the user's own corpus (Eq. 1: SCORE = A{M(f(x), f(x')) for (x, x') in X}).
 
     corpus -> sentences / paragraphs -> (x, x') pairs per metric (lmprobe.perturb)

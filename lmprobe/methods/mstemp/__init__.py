@@ -1,4 +1,4 @@
-"""MSTemp (Liu et al. 2023, ../seeds/004): meta semantic templates. Seed sentences are
+"""MSTemp (Liu et al., arXiv:2310.01448v2): meta semantic templates. Seed sentences are
 paraphrased by evaluator LMs, filtered by an encoder's cosine similarity, parsed into templates
 whose slots are refilled with same-category words, and the target model's accuracy on the seeds
 is compared with its accuracy on the generated samples.

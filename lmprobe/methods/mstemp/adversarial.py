@@ -1,4 +1,4 @@
-"""The adversarial module (../seeds/004 Sec. 3.2): edits of the generated samples meant to fool
+"""The adversarial module (Liu et al., arXiv:2310.01448v2 Sec. 3.2): edits of the generated samples meant to fool
 the target ("brigns", "wit": typos, "joyful": a synonym, Figure 1), as the PromptBench attacks
 (Zhu et al. 2023) the paper points to do.
 

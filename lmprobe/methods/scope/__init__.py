@@ -1,4 +1,4 @@
-"""SCoPE: shared invariances of two language models through perturbed examples (../seeds/002).
+"""SCoPE: shared invariances of two language models through perturbed examples (Rawal & Toneva, arXiv:2311.04166v1).
 
 capabilities (transformation + constraints), search (goal function + batched greedy search),
 models (classifier / zero-shot / next-token / black-box views of a model), training (fine-tuning,

@@ -1,5 +1,5 @@
 """Linguistic capabilities = transformation + constraints (+ the goal function and search of
-search.py), ../seeds/002 Sec. 3 and App. C.
+search.py), Rawal & Toneva, arXiv:2311.04166v1 Sec. 3 and App. C.
 
 A capability says which words of a text may change (constraints), what each may become
 (transformation: word, rng -> replacement words) and in which order the greedy search visits

@@ -1,5 +1,5 @@
 """Behavioural-similarity metrics of a target model m2 against a reference m1 on base texts x and
-their perturbations x' = C(x; m1) (../seeds/002 Sec. 3.3, App. E, G):
+their perturbations x' = C(x; m1) (Rawal & Toneva, arXiv:2311.04166v1 Sec. 3.3, App. E, G):
 
     Gap in IID accuracy  |acc(m1) - acc(m2)| on labelled x
     IID agreement        E_x 1[y_m1(x) = y_m2(x)]

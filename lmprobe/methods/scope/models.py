@@ -1,4 +1,4 @@
-"""Models as SCoPE needs them: a text x -> the output distribution m(x) (../seeds/002 Sec. 3.3).
+"""Models as SCoPE needs them: a text x -> the output distribution m(x) (Rawal & Toneva, arXiv:2311.04166v1 Sec. 3.3).
 
 Every model gives ``log_probs(texts) -> jax.Array [N, n]``, log-probabilities over its n labels
 (classifiers) or its vocabulary (language modelling, App. G), kept on device: the search and the

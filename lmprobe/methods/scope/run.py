@@ -1,4 +1,4 @@
-"""SCoPE end to end (../seeds/002): perturb base texts along a capability w.r.t. a reference
+"""SCoPE end to end (Rawal & Toneva, arXiv:2311.04166v1): perturb base texts along a capability w.r.t. a reference
 model (search.py), then compare each target with the reference (metrics.py); or every
 reference x target pair of a list of models (``matrix``).
 

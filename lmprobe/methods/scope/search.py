@@ -1,5 +1,5 @@
 """Goal function and batched greedy search: x' = C(x; m) = argmin_{x' != x} L(m(x), m(x'))
-(../seeds/002 Eq. 1), subject to argmax-invariance (Sec. 3.1, App. E.1) and to the capability's
+(Rawal & Toneva, arXiv:2311.04166v1 Eq. 1), subject to argmax-invariance (Sec. 3.1, App. E.1) and to the capability's
 constraints.
 
 Batched: every candidate of every example of a step is collected and scored by one

@@ -1,5 +1,5 @@
 """Classifiers for SCoPE: fine-tuning a model with a classification head, or a linear probe on
-its frozen features (../seeds/002 App. A and D).
+its frozen features (Rawal & Toneva, arXiv:2311.04166v1 App. A and D).
 
 App. A fine-tunes Hugging Face models: by default (TrainConfig.head='hf') the head is the
 family's transformers ForSequenceClassification head (models.Classifier), with its dropout

@@ -1,4 +1,4 @@
-"""SynBench (../seeds/003): robustness-accuracy of representations on synthetic Gaussian data.
+"""SynBench (Ko et al., arXiv:2210.02989): robustness-accuracy of representations on synthetic Gaussian data.
 
     class-conditional Gaussians, one task per scale s (lmprobe.data.gaussian; Sec. 3.1, 3.3)
     -> raw-data reference: accuracy a(s, eps) and expected scaled bound of the eps-robust Bayes

@@ -1,4 +1,4 @@
-"""SynTextBench (Ko et al., ../seeds/000): robustness-accuracy of sentence embeddings on
+"""SynTextBench (Ko et al., COLM 2024): robustness-accuracy of sentence embeddings on
 synthetic sentiment tasks generated from a lexicon (Algorithm 1).
 
     lexicon -> word lists -> one synthetic task per difficulty level p (Sec. 2.2)

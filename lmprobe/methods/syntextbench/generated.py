@@ -1,4 +1,4 @@
-"""SynTextBench's App. A.2 ablation (Ko et al., ../seeds/000): synthetic sets written by a language model.
+"""SynTextBench's App. A.2 ablation (Ko et al., COLM 2024): synthetic sets written by a language model.
 
 The generator LM completes one of the starting tokens {"There", "I", "You", "She", "He", "It",
 "They", "The"} with its vocabulary constrained to V~ U STOP, where V~ holds p x 100% NEU n V and
