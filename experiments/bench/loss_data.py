@@ -34,7 +34,7 @@ def train(x, y, steps: int, weighted_prefixes: bool) -> tuple[float, np.ndarray]
     n_train = math.floor(0.9 * len(x) + 1e-9)
     sizes = loss_data.training_sizes(n_train)
     seeds = 5
-    config = loss_data.ProbeConfig((512, 512), 2, steps, 256, 1e-4)
+    config = loss_data.MLPProbeConfig((512, 512), 2, steps, 256, 1e-4)
     keys = np.tile(np.asarray(loss_data.seed_keys(0, seeds)), (len(sizes), 1))
     start = time.perf_counter()
     losses = loss_data.train_jobs(keys, np.repeat(sizes, seeds), x[:n_train], y[:n_train], x[n_train:], y[n_train:],

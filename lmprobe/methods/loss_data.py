@@ -151,7 +151,7 @@ def loss_data_curves(
     x, y, num_classes = _check_inputs(x, y, n_points, seeds, steps, batch_size, lr, hidden, val_fraction)
     n_train = int(math.floor((1.0 - val_fraction) * len(x) + 1e-9))
     sizes = training_sizes(n_train, n_points)
-    config = ProbeConfig(tuple(int(h) for h in hidden), num_classes, steps, batch_size, float(lr))
+    config = MLPProbeConfig(tuple(int(h) for h in hidden), num_classes, steps, batch_size, float(lr))
     job_sizes = np.repeat(sizes, seeds)
     job_keys = jnp.tile(seed_keys(seed, seeds), (len(sizes), 1))
     losses = train_jobs(job_keys, job_sizes, x[:n_train], y[:n_train], x[n_train:], y[n_train:], config,
@@ -161,7 +161,7 @@ def loss_data_curves(
 
 
 @dataclasses.dataclass(frozen=True)
-class ProbeConfig:
+class MLPProbeConfig:
     """The probe and its training: hidden widths, classes C, Adam steps, batch size, lr."""
 
     hidden: tuple[int, ...]
@@ -178,7 +178,7 @@ def seed_keys(seed: int, seeds: int) -> jax.Array:
 
 
 def train_jobs(
-    keys, sizes, x_train, y_train, x_val, y_val, config: ProbeConfig, *, batched: bool = True,
+    keys, sizes, x_train, y_train, x_val, y_val, config: MLPProbeConfig, *, batched: bool = True,
     weighted_prefixes: bool = True, progress: Callable = no_progress, desc: str = "loss-data baselines",
     program: Callable = run_here,
 ) -> np.ndarray:
@@ -239,7 +239,7 @@ class _JobFunctions:
 
 
 @functools.lru_cache(maxsize=16)
-def _job_functions(config: ProbeConfig, dim: int, batched: bool) -> _JobFunctions:
+def _job_functions(config: MLPProbeConfig, dim: int, batched: bool) -> _JobFunctions:
     """Jitted per-job functions, vmapped over a leading job axis when ``batched``."""
     dims = (dim, *config.hidden, config.num_classes)
     optimizer = optax.adam(config.lr)

@@ -49,7 +49,7 @@ ATTACKS = ("input", "representation")
 
 
 @dataclasses.dataclass(frozen=True)
-class ProbeConfig:
+class RobustProbeConfig:
     epsilon: float = 0.0
     relative_epsilon: bool = True  # eps * ||mu|| of the attacked space (SynBench's convention)
     attack: str = "input"  # input: delta on x through the encoder (the paper); representation: on f(x)
@@ -164,7 +164,7 @@ def encode(x, encoder: Callable | None = None, *, encoder_params=None, batch_siz
                            for i in range(0, len(x), batch_size)])
 
 
-def _attacked(x, labels, config: ProbeConfig, encoder, encoder_params):
+def _attacked(x, labels, config: RobustProbeConfig, encoder, encoder_params):
     """(data, encoder, params) of the space the attack acts on: the inputs through the encoder
     (attack="input"), or the encoded representations with no encoder (attack="representation")."""
     if encoder is not None and config.attack == "representation":
@@ -172,13 +172,13 @@ def _attacked(x, labels, config: ProbeConfig, encoder, encoder_params):
     return np.asarray(x, np.float32), encoder, encoder_params
 
 
-def attack_radius(x, labels, config: ProbeConfig) -> float:
+def attack_radius(x, labels, config: RobustProbeConfig) -> float:
     """The l2 radius of ``config.epsilon`` for data x of the attacked space: eps * ||mu||
     (relative) or eps."""
     return config.epsilon * (class_radius(x, labels) if config.relative_epsilon and config.epsilon > 0 else 1.0)
 
 
-def train_robust_probe(z, labels, config: ProbeConfig = ProbeConfig(), *, encoder: Callable | None = None,
+def train_robust_probe(z, labels, config: RobustProbeConfig = RobustProbeConfig(), *, encoder: Callable | None = None,
                        encoder_params=None, radius: float | None = None, program: Callable = run_here) -> LinearProbe:
     """An eps-robust linear head on labelled inputs z [n, ...] through ``encoder`` (the
     representations themselves without one). ``radius`` overrides the one of ``config.epsilon``; the
@@ -261,8 +261,8 @@ def evaluate_probe(probe: LinearProbe, z, labels, *, radius: float | None = None
     return {"accuracy": clean / len(x), "robust_accuracy": robust / len(x), "radius": r}
 
 
-def robust_linear_probing(x_train, y_train, x_test, y_test, config: ProbeConfig, *, encoder: Callable | None = None,
-                          encoder_params=None, program: Callable = run_here) -> dict:
+def robust_linear_probing(x_train, y_train, x_test, y_test, config: RobustProbeConfig, *,
+                          encoder: Callable | None = None, encoder_params=None, program: Callable = run_here) -> dict:
     """Table 6 / 9: a standard (eps = 0) and an eps-robust linear probe (eps = ``config.epsilon``)
     trained on (x_train, y_train), both evaluated on the test split, clean and under a PGD-l2
     attack of the same radius r (eps * ||mu|| of the attacked space's training split if relative);

@@ -92,7 +92,7 @@ def test_validation_loss_falls_with_size_towards_the_bayes_cross_entropy(gaussia
 
 def test_vmapped_jobs_equal_each_job_trained_alone():
     x, y = gaussian_data(n=400, d=8, seed=1)
-    config = LD.ProbeConfig(hidden=(32, 32), num_classes=2, steps=120, batch_size=32, lr=1e-3)
+    config = LD.MLPProbeConfig(hidden=(32, 32), num_classes=2, steps=120, batch_size=32, lr=1e-3)
     keys = np.tile(np.asarray(LD.seed_keys(3, 2)), (3, 1))  # (k0, 10) (k1, 10) (k0, 12) ... (k1, 300)
     sizes = np.array([10, 10, 12, 12, 300, 300])  # 10 and 12: one program on the first 12 rows
     args = (x[:360], y[:360], x[360:], y[360:], config)

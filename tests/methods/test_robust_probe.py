@@ -42,8 +42,8 @@ def test_pgd_reaches_the_closed_form_worst_case_of_a_linear_head():
 def test_adversarial_training_buys_robustness():
     z, y = _two_feature_data()
     absolute = {"relative_epsilon": False, "steps": 400}
-    standard = robust_probe.train_robust_probe(z, y, robust_probe.ProbeConfig(epsilon=0.0, **absolute))
-    robust = robust_probe.train_robust_probe(z, y, robust_probe.ProbeConfig(epsilon=0.5, **absolute))
+    standard = robust_probe.train_robust_probe(z, y, robust_probe.RobustProbeConfig(epsilon=0.0, **absolute))
+    robust = robust_probe.train_robust_probe(z, y, robust_probe.RobustProbeConfig(epsilon=0.5, **absolute))
     plain = robust_probe.evaluate_probe(standard, z, y, radius=0.5)
     hard = robust_probe.evaluate_probe(robust, z, y, radius=0.5)
     assert plain["accuracy"] > 0.97 and hard["accuracy"] > 0.95
@@ -58,7 +58,7 @@ def test_relative_budget_and_label_mapping():
     z, y = _two_feature_data(400)
     labels = np.where(y == 1, "pos", "neg")
     probe = robust_probe.train_robust_probe(
-        z, labels, robust_probe.ProbeConfig(epsilon=0.5, relative_epsilon=True, steps=50)
+        z, labels, robust_probe.RobustProbeConfig(epsilon=0.5, relative_epsilon=True, steps=50)
     )
     assert probe.radius == pytest.approx(0.5 * robust_probe.class_radius(z, labels))
     assert probe.classes.tolist() == ["neg", "pos"]
@@ -69,7 +69,7 @@ def test_encoder_moves_the_attack_to_the_input():
     z, y = _two_feature_data(400)
     scale = jnp.asarray([1.0, 10.0])
     probe = robust_probe.train_robust_probe(
-        z, y, robust_probe.ProbeConfig(epsilon=0.2, steps=100), encoder=lambda x: x * scale
+        z, y, robust_probe.RobustProbeConfig(epsilon=0.2, steps=100), encoder=lambda x: x * scale
     )
     assert probe.weight.shape == (2, 2)
     got = robust_probe.evaluate_probe(probe, z, y, encoder=lambda x: x * scale)
@@ -95,11 +95,11 @@ def test_bad_probe_input():
     with pytest.raises(LmprobeError, match="NaN"):
         robust_probe.train_robust_probe(np.full_like(z, np.nan), y)
     with pytest.raises(LmprobeError, match="epsilon=-1"):
-        robust_probe.train_robust_probe(z, y, robust_probe.ProbeConfig(epsilon=-1))
+        robust_probe.train_robust_probe(z, y, robust_probe.RobustProbeConfig(epsilon=-1))
     with pytest.raises(LmprobeError, match="must be < 1"):
-        robust_probe.train_robust_probe(z, y, robust_probe.ProbeConfig(epsilon=1.0))
+        robust_probe.train_robust_probe(z, y, robust_probe.RobustProbeConfig(epsilon=1.0))
     with pytest.raises(LmprobeError, match="attack='pixels'"):
-        robust_probe.train_robust_probe(z, y, robust_probe.ProbeConfig(attack="pixels"))
+        robust_probe.train_robust_probe(z, y, robust_probe.RobustProbeConfig(attack="pixels"))
 
 
 def _gaussian_task(n, d=8, s=1.2, seed=0):
@@ -116,7 +116,7 @@ def test_isotropic_gaussian_probes_reach_the_closed_form():
     s, eps = 1.2, 0.3
     x_train, y_train = _gaussian_task(4000, s=s)
     x_test, y_test = _gaussian_task(20000, s=s, seed=1)
-    config = robust_probe.ProbeConfig(epsilon=eps, steps=300)
+    config = robust_probe.RobustProbeConfig(epsilon=eps, steps=300)
     got = robust_probe.robust_linear_probing(x_train, y_train, x_test, y_test, config)
     assert got["relative_epsilon"] and got["attack"] == "input"
     assert got["mu_norm"] == pytest.approx(s, abs=0.02)  # plug-in ||mu||, + O(d / n)
@@ -125,7 +125,7 @@ def test_isotropic_gaussian_probes_reach_the_closed_form():
         assert got[probe]["accuracy"] == pytest.approx(norm.cdf(s), abs=0.012)
         assert got[probe]["robust_accuracy"] == pytest.approx(norm.cdf(s * (1 - eps)), abs=0.012)
     # the same budget as an absolute radius gives the same probes and numbers
-    absolute = robust_probe.ProbeConfig(epsilon=got["radius"], relative_epsilon=False, steps=300)
+    absolute = robust_probe.RobustProbeConfig(epsilon=got["radius"], relative_epsilon=False, steps=300)
     again = robust_probe.robust_linear_probing(x_train, y_train, x_test, y_test, absolute)
     assert again["radius"] == pytest.approx(got["radius"])
     assert again["robust"] == pytest.approx(got["robust"])
@@ -141,7 +141,7 @@ def test_relative_eps_does_not_depend_on_the_units_of_the_representation():
     x_train, y_train = _gaussian_task(2000)
     x_test, y_test = _gaussian_task(4000, seed=1)
     encoder = lambda x: 10.0 * x  # noqa: E731
-    config = robust_probe.ProbeConfig(epsilon=0.4, steps=200)
+    config = robust_probe.RobustProbeConfig(epsilon=0.4, steps=200)
     on_input = robust_probe.robust_linear_probing(x_train, y_train, x_test, y_test, config, encoder=encoder)
     on_rep = robust_probe.robust_linear_probing(x_train, y_train, x_test, y_test,
                                                 dataclasses.replace(config, attack="representation"), encoder=encoder)
@@ -163,7 +163,8 @@ def test_input_attack_through_an_encoder_is_the_closed_form_worst_case():
     x, y = _gaussian_task(1000, s=1.5)
     a = jnp.asarray(rng.normal(size=(8, 3)), jnp.float32)
     encoder = lambda v: v @ a  # noqa: E731
-    probe = robust_probe.train_robust_probe(x, y, robust_probe.ProbeConfig(epsilon=0.2, steps=200), encoder=encoder)
+    config = robust_probe.RobustProbeConfig(epsilon=0.2, steps=200)
+    probe = robust_probe.train_robust_probe(x, y, config, encoder=encoder)
     assert probe.weight.shape == (3, 2) and probe.radius == pytest.approx(0.2 * robust_probe.class_radius(x, y))
     w = np.asarray(a @ probe.weight, np.float64)  # [8, 2] on the input
     index = (y > 0).astype(int)

@@ -85,7 +85,7 @@ class Config:
                 raise LmprobeError(f"probe_scale={self.probe_scale} must be > 0")
             if self.probe_n is not None and self.probe_n < 8:
                 raise LmprobeError(f"probe_n={self.probe_n} is too few samples for a probe: use >= 8")
-            robust_probe.ProbeConfig(epsilon=max(self.epsilons), relative_epsilon=self.relative_epsilon,
+            robust_probe.RobustProbeConfig(epsilon=max(self.epsilons), relative_epsilon=self.relative_epsilon,
                                      attack=self.probe_attack, steps=self.probe_steps).check()
         if self.baselines:
             if not any(math.isclose(self.baseline_scale, s) for s in self.scales):

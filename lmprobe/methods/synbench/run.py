@@ -434,8 +434,8 @@ def robust_linear_probing(rep: Representation, config: Config, epsilon: float) -
                                               encoder_params=params)
 
 
-def _probe_config(config: Config, epsilon: float) -> robust_probe.ProbeConfig:
-    return robust_probe.ProbeConfig(epsilon=epsilon, relative_epsilon=config.relative_epsilon,
+def _probe_config(config: Config, epsilon: float) -> robust_probe.RobustProbeConfig:
+    return robust_probe.RobustProbeConfig(epsilon=epsilon, relative_epsilon=config.relative_epsilon,
                                     attack=config.probe_attack, steps=config.probe_steps, seed=config.seed)
 
 
