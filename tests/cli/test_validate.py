@@ -158,7 +158,7 @@ def test_a_fixed_synbench_n_across_widths_is_refused():
 def test_main_writes_results_and_plots_from_measured_records(tmp_path, monkeypatch, capsys):
     by_label, figures = {r["label"]: r for r in RECORDS}, []
     monkeypatch.setattr(stages_lib, "load_inputs", lambda stages, settings: None)
-    monkeypatch.setattr(validate.cli, "load_scorer", lambda args, name: None)
+    monkeypatch.setattr(validate.common, "load_scorer", lambda args, name: None)
     monkeypatch.setattr(validation, "measure", lambda entry, *rest, **kw: by_label[entry.label])
     monkeypatch.setattr(validate.gc, "collect", lambda: 0)  # no weights to free; a full collection takes 0.5 s
     monkeypatch.setattr(validate.plots, "save_figure",
@@ -183,7 +183,7 @@ class FakeMethods:
         sets = {"rt_polarity": ([], []), "tweets": ([], [])}
         m(stages_lib, "load_inputs", lambda stages, s: stages_lib.Inputs(
             tasks=[None] * s.syntextbench_trials, probes=sets, heldout=["a held-out text"]))
-        m(validate.cli, "load_scorer", lambda args, name: types.SimpleNamespace(
+        m(validate.common, "load_scorer", lambda args, name: types.SimpleNamespace(
             name=name, is_decoder=True, config=types.SimpleNamespace(hidden_size=64), identity={"name": name}))
         m(validate.gc, "collect", lambda: 0)
         m(validate.plots, "scatter_grid", lambda *a, **kw: self.calls.append(("scatter", a[-1])))
