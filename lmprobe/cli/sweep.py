@@ -146,12 +146,13 @@ class Steps:
     skipped: set = dataclasses.field(default_factory=set)
 
     def fail(self, found, why: str, files: str | None, watch: bool) -> None:
-        """Record ``found`` as not scored; one line on stderr when ``why`` is new for it."""
+        """Record ``found`` as not scored (``files``: its fingerprint when it failed to read, None when it is
+        not finished); one line on stderr when it is new, or goes from not finished to failing to read."""
         old = self.failed.get(found.step)
         tries = (old.tries if old is not None and old.files == files else 0) + (files is not None)
         self.failed[found.step] = Failure({"step": found.step, "checkpoint": found.path, "format": found.format,
                                            "failed": why}, files, tries)
-        if (old is None or old.row["failed"] != why) and jax.process_index() == 0:
+        if (old is None or (old.files is None) != (files is None)) and jax.process_index() == 0:
             if files is None:
                 line = f"{why}; {'scored' if watch else 'a rerun scores it'} once it is finished"
             else:
