@@ -145,9 +145,10 @@ class Steps:
     failed: dict = dataclasses.field(default_factory=dict)
     skipped: set = dataclasses.field(default_factory=set)
 
-    def fail(self, found, why: str, files: str | None, watch: bool) -> None:
+    def fail(self, found, why: str, files: str | None, watch: bool) -> bool:
         """Record ``found`` as not scored (``files``: its fingerprint when it failed to read, None when it is
-        not finished); one line on stderr when it is new, or goes from not finished to failing to read."""
+        not finished); one line on stderr when it is new, or goes from not finished to failing to read.
+        Whether its row changed."""
         old = self.failed.get(found.step)
         tries = (old.tries if old is not None and old.files == files else 0) + (files is not None)
         self.failed[found.step] = Failure({"step": found.step, "checkpoint": found.path, "format": found.format,
@@ -158,6 +159,7 @@ class Steps:
             else:
                 line = f"not scored: {why}; {'tried again at the next poll' if watch else 'a rerun tries it again'}"
             print(f"step {found.step}: {line}", file=sys.stderr)
+        return old is None or old.row != self.failed[found.step].row
 
     def due(self, found) -> bool:
         """Whether to read ``found`` now: never failed to read, tried at fewer than TRIES polls, or its
@@ -170,7 +172,7 @@ class Steps:
             try:
                 text = json.dumps(found.fingerprint() != failure.files)
             except OSError:
-                text = "true"  # gone or changing: reading it says which
+                text = "false"  # unreadable still (a step gone from the listing is dropped at the next poll)
         return json.loads(_broadcast(text))
 
     def settled(self, step: int) -> bool:
@@ -178,7 +180,8 @@ class Steps:
         failure = self.failed.get(step)
         return step in self.rows or step in self.skipped or (failure is not None and failure.tries >= TRIES)
 
-    def scored(self, step: int, row: dict | None) -> None:
+    def record(self, step: int, row: dict | None) -> None:
+        """``step``'s row (None: the step vanished)."""
         self.failed.pop(step, None)
         if row is None:
             self.skipped.add(step)
@@ -189,7 +192,7 @@ class Steps:
         """Steps not scored that are gone from the listing ``found`` (rotated, or renamed) count as vanished."""
         steps = {f.step for f in found}
         for step in [s for s in self.failed if s not in steps]:
-            self.scored(step, None)
+            self.record(step, None)
 
     def results(self, args, started: float) -> dict:
         rows = {**{s: f.row for s, f in self.failed.items()}, **self.rows}
@@ -197,7 +200,7 @@ class Steps:
                 "skipped_steps": sorted(self.skipped), "lower_is_better": sorted(stages_lib.LOWER_IS_BETTER),
                 "wall_s": time.perf_counter() - started}
 
-    def done(self) -> list[dict]:
+    def scored_rows(self) -> list[dict]:
         return [self.rows[s] for s in sorted(self.rows)]
 
 
@@ -346,14 +349,14 @@ def _loop(found, steps: Steps, args, stages, inputs, run_dir: str, run: common.R
                                                                     and f.step > args.until_step):
                 continue
             if f.unfinished:
-                if f.step in steps.failed and steps.failed[f.step].row["failed"] == f"not finished: {f.unfinished}":
-                    continue
-                steps.fail(f, f"not finished: {f.unfinished}", None, args.watch)
+                if not steps.fail(f, f"not finished: {f.unfinished}", None, args.watch):
+                    continue  # as it was: results.json holds it
             elif not steps.due(f):
                 continue
             else:
                 try:
-                    steps.scored(f.step, row := scored(f, args, stages, inputs, run_dir, run))
+                    row = scored(f, args, stages, inputs, run_dir, run)
+                    steps.record(f.step, row)
                     if row is not None:
                         log.info(f"step {f.step}: done in {row['seconds']['total']:.1f} s")
                 except Failed as e:
@@ -432,12 +435,12 @@ def main(argv=None):
         with common.one_model_at_a_time():
             _loop(found, steps, args, stages, inputs, run_dir, run, started)
     finally:  # Ctrl-C too: the plots of the steps done
-        plot(steps.done(), run_dir, drawn)
+        plot(steps.scored_rows(), run_dir, drawn)
     failed = [steps.failed[s].row for s in sorted(steps.failed)]
     if not steps.rows and not failed:
         raise LmprobeError(f"no checkpoint of '{args.checkpoints}' could be scored "
                            f"({plural(len(steps.skipped), 'step')} vanished while read)")
-    say(summary(steps.done(), failed))
+    say(summary(steps.scored_rows(), failed))
     say(f"\n{plural(len(steps.rows), 'step')} scored in {time.perf_counter() - started:.0f} s; results in "
         f"{os.path.abspath(run_dir) if '://' not in run_dir else run_dir}")
     if failed:
