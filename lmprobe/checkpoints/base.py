@@ -3,6 +3,7 @@ class for sources, and JSON reading with one clear error."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable
@@ -96,6 +97,29 @@ def read_json(path: str, what: str) -> Any:
         raise CheckpointError(
             f"{what} '{path}' is not valid JSON ({e}): re-download or repair it"
         ) from None
+
+
+def reason(error: BaseException, most: int = 300) -> str:
+    """'Type: first line' of the innermost exception behind ``error`` (a reader's own error, e.g.
+    TensorStore's, which names the file and the byte range), at most ``most`` characters."""
+    seen = {id(error)}
+    while (inner := error.__cause__ or error.__context__) is not None and id(inner) not in seen:
+        seen.add(id(inner))
+        error = inner
+    text = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0]}"
+    return text if len(text) <= most else text[:most - 3] + "..."
+
+
+@contextlib.contextmanager
+def unreadable(what: str):
+    """A reader's own error on damaged files (orbax's, TensorStore's: a truncated array, a missing
+    chunk) as one CheckpointError naming ``what`` was read ("Orbax checkpoint 'DIR'") and the cause."""
+    try:
+        yield
+    except CheckpointError:
+        raise
+    except Exception as e:  # whatever the reader raises: its innermost message names the array and the bytes
+        raise CheckpointError(f"{what} cannot be read ({reason(e)}): it is incomplete or damaged; re-save it") from e
 
 
 def read_weight_map(index_path: str) -> dict[str, str]:

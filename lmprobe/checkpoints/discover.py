@@ -1,13 +1,17 @@
 """Every checkpoint of a training run, with its step, found without reading any weights.
 
 ``discover(spec)``: ``spec`` is a directory or a glob. Found are lmprobe Orbax steps (a
-CheckpointManager directory's finished ``<step>/``: orbax writes a step under a temporary name and
-renames it when complete, so half-written steps are never listed), MaxText steps (``<step>/items/``,
+CheckpointManager directory's numbered ``<step>/`` with meta/), MaxText steps (``<step>/items/``,
 lmprobe.checkpoints.maxtext: a config.json beside them or in the run directory), Levanter steps
-(``step-<n>/`` with metadata.json, written last: lmprobe.checkpoints.levanter), Hugging Face directories
-(config.json beside safetensors or pickled weights; the step from a ``step_123`` / ``checkpoint-123``
-/ ``global_step123`` / ``123`` name, else the order index) and GGUF files (the same). Each found
-checkpoint has a ``fingerprint()`` of its files (lmprobe.checkpoints.fingerprint) for cache keys.
+(``step-<n>/`` with model/: lmprobe.checkpoints.levanter), Hugging Face directories (config.json beside
+safetensors or pickled weights; the step from a ``step_123`` / ``checkpoint-123`` / ``global_step123``
+/ ``123`` name, else the order index) and GGUF files (the same). A step is finished only when its
+writer says so: orbax's own check for Orbax and MaxText steps (orbax_io.not_finished: not under
+orbax's temporary name, and ``commit_success.txt`` where the writer puts one in its finished steps),
+``metadata.json`` for Levanter's (written after every array). A step its writer has not finished is
+found with why (``Found.unfinished``); steps under a temporary name (orbax's
+``<step>.orbax-checkpoint-tmp-*``, the HF Trainer's ``tmp-checkpoint-*``) are not found at all. Each
+found checkpoint has a ``fingerprint()`` of its files (lmprobe.checkpoints.fingerprint) for cache keys.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ _STEP = re.compile(r"(?:^|.*[^0-9a-z])(?:global_?step|checkpoint|ckpt|step|iter)
 # steps still being written: orbax's '<step>.orbax-checkpoint-tmp-*', the HF Trainer's 'tmp-checkpoint-*'
 _PARTIAL = re.compile(r"orbax-checkpoint-tmp|^tmp[-_]", re.I)
 _ITEMS = "items"  # a MaxText step's Orbax PyTree (lmprobe.checkpoints.maxtext)
+_LEVANTER_UNFINISHED = f"it has no {levanter.META} yet, which Levanter writes after every array"
 _HF_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                "pytorch_model.bin.index.json")
 
@@ -38,7 +43,8 @@ class Found(NamedTuple):
 
     step: int
     path: str  # what Scorer.load takes: a step directory, an HF directory or a .gguf file
-    format: str  # HF, ORBAX or GGUF
+    format: str  # HF, ORBAX, MAXTEXT, LEVANTER, GGUF or orbax_io.STANDARD
+    unfinished: str = ""  # why its writer has not finished it yet ('' when it has): not read until then
 
     def fingerprint(self) -> str:
         """A digest of the checkpoint's files (size, mtime, both ends): changes whenever they do."""
@@ -76,15 +82,19 @@ def discover(spec) -> list[Found]:
     if not found:
         raise CheckpointError(
             f"'{spec}' holds no checkpoint ({where}): looked for lmprobe Orbax steps (numbered directories with "
-            "params/ and meta/), MaxText steps (<step>/items/), Hugging Face directories (config.json + "
-            "model.safetensors) named like step_123 or checkpoint-123, and .gguf files")
+            "params/ and meta/), MaxText steps (<step>/items/), Levanter steps (step-<n>/ with model/), Hugging "
+            "Face directories (config.json + model.safetensors) named like step_123 or checkpoint-123, and .gguf "
+            "files")
     return _number(found)
 
 
-def _collect(candidates: list[str]) -> list[tuple[int | None, str, str]]:
-    """(step or None, path, format) of every checkpoint among ``candidates`` and their children."""
+def _collect(candidates: list[str]) -> list[tuple[int | None, str, str, str]]:
+    """(step or None, path, format, why it is unfinished) of every checkpoint among ``candidates`` and
+    their children."""
     out, seen = [], set()
     for path in candidates:
+        if path in seen:  # a step its directory's listing found
+            continue
         for item in _at(path):
             if item[1] not in seen:
                 seen.add(item[1])
@@ -92,30 +102,32 @@ def _collect(candidates: list[str]) -> list[tuple[int | None, str, str]]:
     return out
 
 
-def _at(path: str) -> list[tuple[int | None, str, str]]:
+def _at(path: str) -> list[tuple[int | None, str, str, str]]:
     if os.path.isfile(path):
-        return [(_step_of(path), path, GGUF)] if path.lower().endswith(".gguf") else []
+        return [(_step_of(path), path, GGUF, "")] if path.lower().endswith(".gguf") else []
     if not os.path.isdir(path) or _PARTIAL.search(os.path.basename(path)):
         return []  # a step still being written
-    orbax = orbax_io.steps(path)
+    orbax = orbax_io.step_dirs(path)
     if orbax:
-        return [(s, os.path.join(path, str(s)), ORBAX) for s in orbax]
+        return [(s, os.path.join(path, str(s)), ORBAX, why) for s, why in orbax]
     if os.path.isdir(os.path.join(path, orbax_io.META)) and os.path.isdir(os.path.join(path, orbax_io.PARAMS)):
-        return [(_step_of(path), path, ORBAX)]  # one step directory given by itself (or matched by a glob)
+        return [(_step_of(path), path, ORBAX, orbax_io.not_finished(path))]  # one step given by itself (or a glob)
     if levanter.is_step(path):
-        return [(_step_of(path), path, LEVANTER)]
-    runs = sorted(int(n[5:]) for n in os.listdir(path) if re.fullmatch(r"step-\d+", n)
-                  and levanter.is_step(os.path.join(path, n)))
+        return [(_step_of(path), path, LEVANTER, "")]
+    runs = sorted((int(n[5:]), os.path.join(path, n)) for n in os.listdir(path) if re.fullmatch(r"step-\d+", n)
+                  and os.path.isdir(os.path.join(path, n, levanter.ROOT)))
     if runs:  # a Levanter run directory
-        return [(s, os.path.join(path, f"step-{s}"), LEVANTER) for s in runs]
+        return [(s, p, LEVANTER, "" if levanter.is_step(p) else _LEVANTER_UNFINISHED) for s, p in runs]
     if _is_maxtext_step(path):
-        return [(_step_of(path), path, MAXTEXT)]
+        return [(_step_of(path), path, MAXTEXT, orbax_io.not_finished(path))]
     numbered = sorted(int(n) for n in os.listdir(path) if n.isdigit() and _is_maxtext_step(os.path.join(path, n)))
     if numbered:  # a MaxText run's checkpoints/ directory
-        return [(s, os.path.join(path, str(s)), MAXTEXT) for s in numbered]
+        commit_file = orbax_io.commit_files(path)
+        return [(s, os.path.join(path, str(s)), MAXTEXT, orbax_io.not_finished(os.path.join(path, str(s)), commit_file))
+                for s in numbered]
     if os.path.isfile(os.path.join(path, "config.json")) and any(
             os.path.isfile(os.path.join(path, w)) for w in _HF_WEIGHTS):
-        return [(_step_of(path), path, HF)]
+        return [(_step_of(path), path, HF, "")]
     return []
 
 
@@ -128,12 +140,12 @@ def _step_of(path: str) -> int | None:
     return int(match.group(1) or match.group(2)) if match else None
 
 
-def _number(found: list[tuple[int | None, str, str]]) -> list[Found]:
+def _number(found: list[tuple[int | None, str, str, str]]) -> list[Found]:
     """Steps from names; without one in every name, the order index (names sorted naturally)."""
-    if any(step is None for step, _, _ in found):
+    if any(step is None for step, *_ in found):
         ordered = sorted(found, key=lambda f: _natural(f[1]))
-        return [Found(i, path, kind) for i, (_, path, kind) in enumerate(ordered)]
-    out = sorted((Found(step, path, kind) for step, path, kind in found), key=lambda f: (f.step, f.path))
+        return [Found(i, *rest) for i, (_, *rest) in enumerate(ordered)]
+    out = sorted((Found(*f) for f in found), key=lambda f: (f.step, f.path))
     for a, b in zip(out, out[1:], strict=False):
         if a.step == b.step:
             raise CheckpointError(f"two checkpoints have step {a.step}: '{a.path}' and '{b.path}': sweep one "

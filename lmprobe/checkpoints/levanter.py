@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from lmprobe.checkpoints.base import IndexedSource, beside_config, layout_of, nearest_config
+from lmprobe.checkpoints.base import IndexedSource, beside_config, layout_of, nearest_config, unreadable
 from lmprobe.errors import CheckpointError
 
 ROOT = "model"  # the trainer state's model
@@ -182,7 +182,9 @@ class LevanterSource(IndexedSource[Entry]):
         if self._last[0] != leaf:
             self._leaf_shape(leaf)
             self._last = (None, None)  # drop the previous leaf before reading the next
-            self._last = (leaf, np.asarray(_open(os.path.join(self.step, ROOT, leaf)).read().result()))
+            path = os.path.join(self.step, ROOT, leaf)
+            with unreadable(f"Levanter array '{path}'"):  # a chunk missing or cut short
+                self._last = (leaf, np.asarray(_open(path).read().result()))
         return self._last[1]
 
 
@@ -204,8 +206,5 @@ def _open(path: str):
     import tensorstore as ts
     from jax.experimental.array_serialization.serialization import get_tensorstore_spec
 
-    try:
+    with unreadable(f"Levanter array '{path}'"):  # tensorstore's own errors
         return ts.open(get_tensorstore_spec(path), open=True).result()
-    except Exception as e:  # tensorstore's own errors: name the array
-        raise CheckpointError(f"Levanter array '{path}' cannot be read ({type(e).__name__}: "
-                              f"{(str(e).splitlines() or [''])[0]}): the checkpoint is incomplete; re-save it") from e

@@ -24,6 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from lmprobe.checkpoints import orbax_io
 from lmprobe.checkpoints.base import IndexedSource, beside_config, layout_of, nearest_config, read_json
 from lmprobe.errors import CheckpointError
 
@@ -95,19 +96,32 @@ def find_config(path: str) -> tuple[dict, str] | None:
 
 
 def _items_dir(path: str) -> str | None:
-    """The ``items`` PyTree directory of a MaxText checkpoint path (root: latest step), or None."""
+    """The ``items`` PyTree directory of a MaxText checkpoint path (root: its latest finished step), or
+    None; CheckpointError for a step that orbax has not finished (orbax_io.not_finished)."""
     if not os.path.isdir(path):
         return None
-    candidates = [path, os.path.join(path, "items")]
-    numbered = sorted((int(n) for n in os.listdir(path) if re.fullmatch(r"\d+", n)), reverse=True)
-    candidates += [os.path.join(path, str(n), "items") for n in numbered[:1]]
-    for items in candidates:
-        meta = os.path.join(items, "_METADATA")
-        if os.path.isfile(meta):
-            tree = read_json(meta, "Orbax checkpoint metadata").get("tree_metadata", {})
-            if any(k.startswith("('params', 'params', ") for k in tree):
-                return items
+    steps = [os.path.join(path, str(n)) for n in sorted((int(n) for n in os.listdir(path) if re.fullmatch(r"\d+", n)),
+                                                         reverse=True)]
+    latest = next((os.path.join(s, "items") for s in steps
+                   if _is_items(os.path.join(s, "items")) and not orbax_io.not_finished(s)), None)
+    for items in (path, os.path.join(path, "items"), latest):
+        if items is not None and _is_items(items):
+            why = orbax_io.not_finished(os.path.dirname(items))
+            if why:
+                raise CheckpointError(f"MaxText step '{os.path.dirname(items)}' is not finished ({why}): load it "
+                                      "once its writer has finished it, or load a finished step")
+            return items
     return None
+
+
+def _is_items(items: str) -> bool:
+    """Whether ``items`` is a MaxText step's PyTree: _METADATA naming params/params leaves."""
+    meta = os.path.join(items, "_METADATA")
+    if not os.path.isfile(meta):
+        return False
+    tree = read_json(meta, "Orbax checkpoint metadata")
+    tree = tree.get("tree_metadata") if isinstance(tree, dict) else None
+    return isinstance(tree, dict) and any(k.startswith("('params', 'params', ") for k in tree)
 
 
 class MaxTextSource(IndexedSource[Entry]):
@@ -118,8 +132,12 @@ class MaxTextSource(IndexedSource[Entry]):
         import orbax.checkpoint as ocp
 
         layout = layout_of(LAYOUTS, config, "MaxText", items)
-        with ocp.PyTreeCheckpointer() as checkpointer:
-            tree = checkpointer.metadata(items).item_metadata.tree
+        with ocp.PyTreeCheckpointer() as checkpointer, orbax_io.reading(f"MaxText checkpoint '{items}'"):
+            saved = checkpointer.metadata(items).item_metadata
+            if saved is None:
+                raise CheckpointError(f"MaxText checkpoint '{items}' has no readable _METADATA: the step is "
+                                      "incomplete or damaged; re-save it")
+            tree = saved.tree
         for key in ROOT:
             tree = tree.get(key, {}) if isinstance(tree, dict) else {}
         self.shapes = {"/".join(p): tuple(m.shape) for p, m in _leaves(tree)}
@@ -199,7 +217,7 @@ class MaxTextSource(IndexedSource[Entry]):
                 item = item.setdefault(part, {})
             item[parts[-1]] = 0
             restore_args = _nest_like(restore, ocp.RestoreArgs(restore_type=np.ndarray))
-            with ocp.PyTreeCheckpointer() as checkpointer:
+            with ocp.PyTreeCheckpointer() as checkpointer, orbax_io.reading(f"MaxText checkpoint '{self.items}'"):
                 got = checkpointer.restore(self.items, args=ocp.args.PyTreeRestore(
                     item=restore, restore_args=restore_args, partial_restore=True))
             for part in parts:

@@ -7,27 +7,32 @@ Layout (an orbax CheckpointManager directory)::
     DIR/<step>/meta/     JSON: {"format": "lmprobe-orbax", "hf_config", "param_dtype", "metadata"}
     DIR/tokenizer/       the tokenizer (save_pretrained), written once
 
-A step is written under a temporary name and renamed when complete (orbax), so a half-written step
-is never listed. ``lmprobe.checkpoints.load`` (and ``Scorer.load``) take a step directory, or DIR
-(its latest step).
+A step is finished when orbax says so (``not_finished``): orbax writes it under a temporary name and
+renames it (a local disk), or writes it in place and adds ``commit_success.txt`` last (an object store,
+gcsfuse: orbax's commit-file mode, in which a step without one is unfinished), and records its commit
+time in the step's ``_CHECKPOINT_METADATA``. ``lmprobe.checkpoints.load`` (and ``Scorer.load``) take a
+finished step directory, or DIR (its latest finished step).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import math
 import os
 import re
 import shutil
+import sys
 import tempfile
+import traceback
 from typing import NamedTuple
 
 import jax
 import numpy as np
 from flax import nnx
 
-from lmprobe.checkpoints.base import listing, read_json
+from lmprobe.checkpoints.base import listing, read_json, unreadable
 from lmprobe.errors import CheckpointError
 from lmprobe.models import FAMILIES
 
@@ -35,10 +40,11 @@ FORMAT = "lmprobe-orbax"
 PARAMS, META, TOKENIZER = "params", "meta", "tokenizer"
 _STEP = re.compile(r"\d+")
 
-__all__ = ["FORMAT", "OrbaxStep", "StandardStep", "find", "restore", "restore_standard", "save", "standard_steps",
-           "standard_tree", "steps"]
+__all__ = ["FORMAT", "OrbaxStep", "StandardStep", "commit_files", "find", "not_finished", "reading", "restore",
+           "restore_standard", "save", "standard_steps", "standard_tree", "step_dirs", "steps"]
 STANDARD = "orbax-standard"  # checkpoints of orbax's standard API (a user's own model: --model_fn)
 _DONE = "_METADATA"  # an Orbax PyTree item's tree metadata, written when the item is complete
+COMMIT = "commit_success.txt"  # orbax's mark of a finished step (commit-file mode; every step in recent orbax)
 
 
 class OrbaxStep(NamedTuple):
@@ -92,29 +98,73 @@ def save(directory, step: int, model: nnx.Module, *, hf_config: dict, tokenizer=
 
 def steps(directory) -> list[int]:
     """The finished steps of ``directory``, sorted (empty when there are none)."""
+    return [step for step, why in step_dirs(directory) if not why]
+
+
+def step_dirs(directory) -> list[tuple[int, str]]:
+    """(step, why it is not finished yet: '' when it is) of every step of ``directory`` (a numbered
+    directory with meta/), sorted by step."""
     directory = os.fspath(directory)
     if not os.path.isdir(directory):
         return []
-    return sorted(int(n) for n in os.listdir(directory)
-                  if _STEP.fullmatch(n) and os.path.isdir(os.path.join(directory, n, META)))
+    found = sorted(int(n) for n in os.listdir(directory)
+                   if _STEP.fullmatch(n) and os.path.isdir(os.path.join(directory, n, META)))
+    commit_file = found and commit_files(directory)
+    return [(step, not_finished(os.path.join(directory, str(step)), commit_file)) for step in found]
+
+
+def commit_files(directory) -> bool:
+    """Whether the writer of ``directory``'s numbered steps marks a finished one with commit_success.txt
+    (one of them has it)."""
+    return any(_STEP.fullmatch(n) and os.path.isfile(os.path.join(directory, n, COMMIT)) for n in os.listdir(directory))
+
+
+def not_finished(step_dir, commit_file: bool | None = None) -> str:
+    """Why orbax does not count ``step_dir`` as a finished step, '' when it does: orbax's own check
+    (``ocp.step.is_path_finalized``) in its writer's mode, commit-file mode when ``commit_file``
+    (default: a numbered step beside it has commit_success.txt; then it needs its own), else a step
+    is finished unless it is under orbax's temporary name."""
+    import orbax.checkpoint as ocp
+
+    step_dir = os.path.abspath(os.fspath(step_dir))
+    if commit_file is None:
+        commit_file = commit_files(os.path.dirname(step_dir))
+    mode = ocp.options.AtomicityOptions(ocp.options.AtomicityMode.COMMIT_FILE) if commit_file else None
+    if ocp.step.is_path_finalized(step_dir, atomicity_options=mode):
+        return ""
+    if commit_file:
+        return f"it has no {COMMIT}, which orbax writes last (the other steps have theirs)"
+    return "it is under orbax's temporary name" if os.path.isdir(step_dir) else "it is not a directory"
 
 
 def find(path) -> OrbaxStep | None:
-    """The step ``path`` names (a step directory, or a checkpoint directory: its latest step), or None
-    when ``path`` is not an lmprobe Orbax checkpoint."""
+    """The step ``path`` names (a step directory, or a checkpoint directory: its latest finished step),
+    or None when ``path`` is not an lmprobe Orbax checkpoint; CheckpointError for a step that is not
+    finished or whose metadata is missing or damaged."""
     path = os.path.abspath(os.fspath(path))
     if os.path.isdir(os.path.join(path, META)) and os.path.isdir(os.path.join(path, PARAMS)):
         root, name = os.path.split(path)
         step = int(name) if _STEP.fullmatch(name) else 0
+        why = not_finished(path)
+        if why:
+            raise CheckpointError(f"Orbax step '{path}' is not finished ({why}): load it once its writer has "
+                                  "finished it, or load a finished step")
     else:
         found = steps(path)
         if not found:
             return None
         root, step = path, found[-1]
         path = os.path.join(root, str(step))
-    meta = read_json(os.path.join(path, META, "metadata"), "Orbax checkpoint metadata")
+    where = os.path.join(path, META, "metadata")
+    if not os.path.isfile(where):
+        raise CheckpointError(f"Orbax step '{path}' has no metadata ('{where}' is missing): the step is incomplete "
+                              "or damaged; re-save it, or load another step")
+    meta = read_json(where, "Orbax checkpoint metadata")
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         return None
+    if not isinstance(meta.get("hf_config"), dict):
+        raise CheckpointError(f"Orbax checkpoint metadata '{where}' has no hf_config (the model's config.json "
+                              "dict): the step is damaged; re-save it")
     return OrbaxStep(root, step, path, meta)
 
 
@@ -137,8 +187,13 @@ def restore(step: OrbaxStep, abstract_state: nnx.State, place=None) -> nnx.State
     # one array in flight at a time (orbax's default: 96 GB), so that the host holds little beside the model
     largest = max(math.prod(a.shape) * np.dtype(a.dtype).itemsize for a in jax.tree.leaves(target))
     handler = ocp.StandardCheckpointHandler(restore_concurrent_gb=(largest + (1 << 20)) / 1e9)
-    with ocp.Checkpointer(handler) as checkpointer, _quiet_absl():  # an item has no _CHECKPOINT_METADATA of its own
-        _check_shapes(checkpointer.metadata(where).item_metadata.tree, target, where)
+    # reading: absl quiet (an item has no _CHECKPOINT_METADATA of its own), damage in one line
+    with ocp.Checkpointer(handler) as checkpointer, reading(f"Orbax checkpoint '{where}'"):
+        saved = checkpointer.metadata(where).item_metadata
+        if saved is None:
+            raise CheckpointError(f"Orbax checkpoint '{where}' has no {_DONE} (the arrays' metadata): the step is "
+                                  "incomplete or damaged; re-save it")
+        _check_shapes(saved.tree, target, where)
         restored = checkpointer.restore(where, args=ocp.args.StandardRestore(target))
     for key, var in flat:
         node = restored
@@ -146,6 +201,64 @@ def restore(step: OrbaxStep, abstract_state: nnx.State, place=None) -> nnx.State
             node = node[part]
         var.set_value(node)
     return abstract_state
+
+
+@contextlib.contextmanager
+def reading(what: str):
+    """Around an orbax read of ``what`` ("Orbax checkpoint 'DIR'"): absl's warnings kept off stderr, a
+    failure (a truncated array, a missing chunk) as one CheckpointError naming ``what`` and its cause,
+    and nothing printed by the reads orbax abandons when one fails (``_hush_abandoned_reads``)."""
+    _hush_abandoned_reads()
+    with _quiet_absl(), unreadable(what):
+        yield
+
+
+def _hush_abandoned_reads() -> None:
+    """When one array read fails, orbax closes its event loop with the other reads pending; each then
+    fails on its own, later, printing a traceback: 'Event loop is closed' (TensorStore's callback, via
+    sys.excepthook), 'Exception ignored in: <coroutine ...>' (sys.unraisablehook) and 'Task exception
+    was never retrieved' (asyncio's log). These hooks (wrapped again if someone replaced them) and a
+    log filter drop those and pass everything else on."""
+    if not getattr(sys.excepthook, "lmprobe_hush", False):
+        previous_excepthook = sys.excepthook
+
+        def excepthook(kind, value, tb):
+            if not _loop_closed(value):
+                previous_excepthook(kind, value, tb)
+
+        excepthook.lmprobe_hush = True
+        sys.excepthook = excepthook
+    if not getattr(sys.unraisablehook, "lmprobe_hush", False):
+        previous_unraisablehook = sys.unraisablehook
+
+        def unraisablehook(unraisable):
+            code = getattr(unraisable.object, "cr_code", None)
+            if not (_loop_closed(unraisable.exc_value) or _in_orbax(getattr(code, "co_filename", None))):
+                previous_unraisablehook(unraisable)
+
+        unraisablehook.lmprobe_hush = True
+        sys.unraisablehook = unraisablehook
+    logging.getLogger("asyncio").addFilter(_never_retrieved)  # once: a filter is added once
+
+
+def _loop_closed(error) -> bool:
+    """An abandoned read's 'Event loop is closed' (raised in asyncio, called from TensorStore: no frame of
+    anyone's code)."""
+    frames = traceback.extract_tb(error.__traceback__) if isinstance(error, RuntimeError) else []
+    return str(error) == "Event loop is closed" and bool(frames) and all(
+        os.path.dirname(asyncio.__file__) == os.path.dirname(f.filename) for f in frames)
+
+
+def _in_orbax(filename: str | None) -> bool:
+    return filename is not None and f"{os.sep}orbax{os.sep}checkpoint{os.sep}" in filename
+
+
+def _never_retrieved(record: logging.LogRecord) -> bool:
+    """False (dropped) for asyncio's 'Task exception was never retrieved' of an orbax read."""
+    error = record.exc_info[1] if record.exc_info else None
+    frames = traceback.extract_tb(error.__traceback__) if error is not None else []
+    return not (str(record.msg).startswith("Task exception was never retrieved")
+                and any(_in_orbax(f.filename) for f in frames))
 
 
 @contextlib.contextmanager
@@ -215,26 +328,27 @@ class StandardStep(NamedTuple):
 
     step: int
     path: str  # the PyTree item orbax restores (it holds _METADATA)
+    unfinished: str = ""  # why orbax does not count it as finished yet (not_finished); '' when it does
 
 
 def standard_steps(path, params_key: str | None = None) -> list[StandardStep]:
     """The checkpoints of orbax's standard API at ``path``, sorted by step: a CheckpointManager directory's
-    finished steps (``<step>/<item>/``; of several items, the one ``params_key`` starts with, else
-    'params', 'state' or 'default'), or one checkpoint (``path`` or ``path/<item>`` holds _METADATA:
-    step 0, or the number ``path`` is named). Empty when there are none; steps still being written
-    (orbax's temporary names) are not listed."""
+    steps (``<step>/<item>/``; of several items, the one ``params_key`` starts with, else 'params',
+    'state' or 'default'), or one checkpoint (``path`` or ``path/<item>`` holds _METADATA: step 0, or the
+    number ``path`` is named). Empty when there are none; steps under orbax's temporary names are not
+    listed, and a step orbax has not finished says why (``unfinished``)."""
     path = os.path.abspath(os.fspath(path))
     if not os.path.isdir(path):
         return []
     one = _item(path, params_key)
     if one is not None:
         name = os.path.basename(path)
-        return [StandardStep(int(name) if _STEP.fullmatch(name) else 0, one)]
-    found = []
+        return [StandardStep(int(name) if _STEP.fullmatch(name) else 0, one, not_finished(path))]
+    found, commit_file = [], commit_files(path)
     for name in os.listdir(path):
         item = _item(os.path.join(path, name), params_key) if _STEP.fullmatch(name) else None
         if item is not None:
-            found.append(StandardStep(int(name), item))
+            found.append(StandardStep(int(name), item, not_finished(os.path.join(path, name), commit_file)))
     return sorted(found)
 
 
@@ -265,8 +379,12 @@ def standard_tree(step: StandardStep, params_key: str | None = None) -> tuple[ob
     item), else the saved tree's 'params' (a Flax TrainState) when it has one, else the whole tree."""
     import orbax.checkpoint as ocp
 
-    with ocp.PyTreeCheckpointer() as checkpointer, _quiet_absl():
-        tree = checkpointer.metadata(step.path).item_metadata.tree
+    with ocp.PyTreeCheckpointer() as checkpointer, reading(f"Orbax checkpoint '{step.path}'"):
+        saved = checkpointer.metadata(step.path).item_metadata
+        if saved is None:
+            raise CheckpointError(f"Orbax checkpoint '{step.path}' has no readable {_DONE}: the step is incomplete "
+                                  "or damaged; re-save it")
+        tree = saved.tree
     parts = _parts(params_key)
     if parts and parts[0] == os.path.basename(step.path) and parts[0] not in _keys(tree):
         parts = parts[1:]  # the item's name
@@ -308,7 +426,7 @@ def restore_standard(step: StandardStep, tree, parts: list[str], sharding) -> ob
         item = {part: item}
     args = ocp.args.PyTreeRestore(item=item, restore_args=ocp.checkpoint_utils.construct_restore_args(item),
                                   partial_restore=True)
-    with ocp.PyTreeCheckpointer() as checkpointer, _quiet_absl():
+    with ocp.PyTreeCheckpointer() as checkpointer, reading(f"Orbax checkpoint '{step.path}'"):
         got = checkpointer.restore(step.path, args=args)
     for part in parts:
         got = got[part]

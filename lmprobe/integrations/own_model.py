@@ -28,7 +28,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from lmprobe.checkpoints import orbax_io
 from lmprobe.checkpoints.discover import Found
 from lmprobe.engine import Scorer, make_mesh, model_identity
-from lmprobe.errors import LmprobeError
+from lmprobe.errors import CheckpointError, LmprobeError
 from lmprobe.methods.stages import STAGES, missing
 from lmprobe.models import CallableLM
 
@@ -55,9 +55,13 @@ class OwnModel:
             raise LmprobeError(f"'{path}' holds no checkpoint of orbax's standard API (a CheckpointManager "
                                "directory of numbered steps, or one StandardCheckpointer checkpoint): give the "
                                "directory your trainer saves to")
-        first = None
-        for step in steps:
-            shapes = orbax_io.leaf_shapes(orbax_io.standard_tree(step, self.params_key)[0])
+        first, unreadable = None, []
+        for step in (s for s in steps if not s.unfinished):  # an unfinished step is checked once it is finished
+            try:
+                shapes = orbax_io.leaf_shapes(orbax_io.standard_tree(step, self.params_key)[0])
+            except CheckpointError as e:  # a damaged step: its load says why (a sweep scores the others)
+                unreadable.append(e)
+                continue
             if self.shapes is None:
                 self.shapes, first = shapes, step
             elif shapes != self.shapes:
@@ -65,7 +69,9 @@ class OwnModel:
                 raise LmprobeError(f"'{path}' holds two different models: "
                                    f"{_difference(self.shapes, shapes, against, f'step {step.step}')}: sweep one "
                                    "model's checkpoints at a time")
-        return [Found(s.step, s.path, orbax_io.STANDARD) for s in steps]
+        if unreadable and self.shapes is None:  # no step read: the settings (params_key), not a damaged step
+            raise unreadable[0]
+        return [Found(s.step, s.path, orbax_io.STANDARD, s.unfinished) for s in steps]
 
     def params(self, found: Found):
         """``found``'s parameters, each array on its sharding."""

@@ -1,4 +1,5 @@
-"""Checkpoint discovery for sweeps: every kind with its step, half-written steps ignored, clear errors."""
+"""Checkpoint discovery for sweeps: every kind with its step, steps their writer has not finished named,
+clear errors."""
 
 import json
 import os
@@ -6,7 +7,7 @@ import os
 import pytest
 from safetensors.numpy import save_file
 
-from lmprobe.checkpoints.discover import GGUF, HF, MAXTEXT, ORBAX, discover
+from lmprobe.checkpoints.discover import GGUF, HF, LEVANTER, MAXTEXT, ORBAX, discover
 from lmprobe.errors import CheckpointError
 from tests.checkpoints.conftest import TINY_CONFIG, tiny_tensors
 
@@ -96,3 +97,35 @@ def test_maxtext_steps(tmp_path):
     assert [(f.step, f.format) for f in found] == [(500, MAXTEXT), (1000, MAXTEXT)]
     assert found[1].path == str(run / "checkpoints" / "1000")
     assert [f.step for f in discover(str(run / "checkpoints" / "*"))] == [500, 1000]
+
+
+def test_a_step_is_finished_when_its_writer_says_so(tmp_path):
+    """orbax (commit_success.txt where the writer puts one in its steps), MaxText (the same) and Levanter
+    (metadata.json, written after every array): an unfinished step is found with why, and never read."""
+    root = tmp_path / "orbax"
+    for name in ("10", "20", "30"):
+        _orbax_step(root, name)
+    assert [f.unfinished for f in discover(root)] == ["", "", ""]  # no step has the file: orbax renames
+    for name in ("10", "20"):
+        (root / name / "commit_success.txt").write_text("done")
+    found = discover(root)
+    assert [f.step for f in found] == [10, 20, 30] and [bool(f.unfinished) for f in found] == [False, False, True]
+    assert "no commit_success.txt" in found[2].unfinished
+    assert [bool(f.unfinished) for f in discover(root / "30")] == [True]  # a step given by itself too
+
+    run = tmp_path / "maxtext"
+    for step in (500, 1000, 1500):
+        os.makedirs(run / str(step) / "items")
+        (run / str(step) / "items" / "_METADATA").write_text("{}")
+        if step != 1500:
+            (run / str(step) / "commit_success.txt").write_text("done")
+    assert [(f.step, f.format, bool(f.unfinished)) for f in discover(run)] == [
+        (500, MAXTEXT, False), (1000, MAXTEXT, False), (1500, MAXTEXT, True)]
+
+    levanter = tmp_path / "levanter"
+    for step in (100, 200):
+        os.makedirs(levanter / f"step-{step}" / "model")
+    (levanter / "step-100" / "metadata.json").write_text('{"step": 100}')
+    found = discover(levanter)
+    assert [(f.step, f.format) for f in found] == [(100, LEVANTER), (200, LEVANTER)]
+    assert found[0].unfinished == "" and "no metadata.json" in found[1].unfinished

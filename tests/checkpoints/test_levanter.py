@@ -139,3 +139,26 @@ def test_a_run_is_discovered_step_by_step_with_its_identity(tmp_path):
     assert [(f.step, f.path, f.format) for f in found] == [(100, first, "levanter"), (200, second, "levanter")]
     info = identity(load(second, tokenizer=False).checkpoint)
     assert info["format"] == "levanter-tensorstore" and info["step"] == 200 and info["weights_sha256"]
+
+
+def test_a_step_without_metadata_json_is_unfinished_and_a_cut_array_is_one_error(tmp_path):
+    """Levanter writes metadata.json after every array: a step without it is found unfinished (and the
+    run's latest step is the finished one); an array chunk cut short is one error naming the array."""
+    import shutil
+
+    from lmprobe.checkpoints.discover import discover
+
+    hf = randomize(LlamaForCausalLM(LLAMA))
+    first = write_run(tmp_path / "run", hf, LLAMA, "llama", scanned=True, step=100)
+    shutil.copytree(first, tmp_path / "run" / "step-200")
+    os.remove(tmp_path / "run" / "step-200" / "metadata.json")
+    found = discover(str(tmp_path / "run"))
+    assert [(f.step, bool(f.unfinished)) for f in found] == [(100, False), (200, True)]
+    assert "no metadata.json" in found[1].unfinished
+    assert resolve(str(tmp_path / "run")).location == first
+    chunks = [os.path.join(d, n) for d, _, names in os.walk(os.path.join(first, "model")) for n in names
+              if not n.startswith(".")]
+    os.truncate(max(chunks, key=os.path.getsize), 10)
+    with pytest.raises(CheckpointError, match=r"Levanter array '.*/step-100/model/.*' cannot be read \(.*: it is "
+                                              r"incomplete or damaged"):
+        load(first, tokenizer=False)

@@ -148,3 +148,25 @@ def test_errors_name_the_leaf_and_the_config(tmp_path):
     os.remove(tmp_path / "run" / "config.json")
     with pytest.raises(CheckpointError, match="MaxText checkpoint.*no Hugging Face config"):
         load(step, tokenizer=False)
+
+
+def test_unfinished_and_damaged_steps_are_one_error_naming_them(tmp_path):
+    """A step orbax has not finished (no commit_success.txt where the run's other steps have one) is
+    not read, the run's latest finished step is; an array cut short is one error naming the step."""
+    import shutil
+
+    hf = randomize(LlamaForCausalLM(LLAMA))
+    step = write_run(tmp_path / "run", hf, LLAMA, gemma=False, scanned=True)
+    later = os.path.join(os.path.dirname(step), "1")
+    shutil.copytree(step, later)
+    os.remove(os.path.join(later, "commit_success.txt"))
+    with pytest.raises(CheckpointError, match=r"MaxText step '.*/checkpoints/1' is not finished \(it has no "
+                                              r"commit_success.txt"):
+        load(later, tokenizer=False)
+    assert resolve(os.path.dirname(step)).location == os.path.join(step, "items")  # the latest finished step
+    items = os.path.join(step, "items")
+    data = max((os.path.join(d, n) for d, _, names in os.walk(items) for n in names), key=os.path.getsize)
+    os.truncate(data, 100)
+    with pytest.raises(CheckpointError, match=r"MaxText checkpoint '.*/checkpoints/0/items' cannot be read \("
+                                              r".*: it is incomplete or damaged"):
+        load(step, tokenizer=False)

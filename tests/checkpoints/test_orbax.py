@@ -3,6 +3,7 @@ metadata, identity, the same scores as the HF directory they came from, and clea
 
 import json
 import os
+import re
 
 import jax
 import numpy as np
@@ -118,3 +119,54 @@ def test_save_refuses_what_it_cannot_load_back(tmp_path, saved):
     with pytest.raises(CheckpointError, match="CallableLM saved with model_type 'llama' could not be loaded back"):
         save(tmp_path / "run", 1, model, hf_config=config)
     assert not (tmp_path / "run").exists()
+
+
+def test_unfinished_and_damaged_steps_are_one_error_naming_them(saved, tmp_path):
+    """A step orbax has not finished (no commit_success.txt where its other steps have one), arrays cut
+    short or missing: one CheckpointError naming the step and the cause, and nothing else on stderr (in
+    a process of its own: the reads orbax abandons when one fails print tracebacks at random moments,
+    which pytest's own hooks would catch; 10 tries: without lmprobe's hooks, most such runs print some)."""
+    import shutil
+    import subprocess
+    import sys
+    import textwrap
+
+    from tests.engine.test_multiprocess import REPO, _env
+
+    root, _, _ = saved
+    run = tmp_path / "run"
+    shutil.copytree(root, run)
+    (run / "20" / "commit_success.txt").unlink()
+    assert steps(run) == [10]
+    with pytest.raises(CheckpointError, match=r"Orbax step '.*/20' is not finished \(it has no commit_success.txt"):
+        load(str(run / "20"), tokenizer=False)
+    assert load(str(run), tokenizer=False).checkpoint.orbax.step == 10  # the latest finished step
+
+    shutil.copytree(run / "10", run / "30")
+    data = max((p for p in (run / "10" / "params").rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    with open(data, "r+b") as f:
+        f.truncate(1000)
+    shutil.rmtree(run / "30" / "params")
+    (run / "30" / "params").mkdir()
+    paths = [str(run / "10")] * 10 + [str(run / "30")]
+    code = textwrap.dedent(f"""
+        import gc, time
+        from lmprobe.checkpoints import load
+        for path in {paths}:
+            try:
+                load(path, tokenizer=False)
+            except Exception as e:
+                print(type(e).__name__, e)
+        time.sleep(1)
+        gc.collect()
+        """)
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=_env(1), capture_output=True, text=True,
+                          timeout=300)
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 11 and all(line.startswith("CheckpointError Orbax checkpoint") for line in lines), lines
+    assert all(re.search(r"'.*/10/params' cannot be read \(ValueError: OUT_OF_RANGE.*: it is incomplete or damaged",
+                         line) for line in lines[:10]), lines
+    assert "'" + str(run / "30" / "params") + "' has no _METADATA (the arrays' metadata)" in lines[10]
+    loader = r"\S+: Orbax checkpoint step \d+ \(.*\)"  # the loader's line per step
+    noise = [line for line in done.stderr.splitlines() if not re.fullmatch(loader, line)]
+    assert done.returncode == 0 and not noise, done.stderr[-3000:]

@@ -202,3 +202,27 @@ def test_two_processes_score_every_step_and_only_process_0_writes(run_dir, tmp_p
     assert "results in" in logs[0][0] and "results in" not in logs[1][0]  # the summary from process 0 only
     rows = read_json(os.path.join(out, "results.json"))["rows"]
     assert [r["step"] for r in rows] == [100, 200] and len(os.listdir(out / "steps")) == 2
+
+
+def test_a_truncated_step_is_named_in_one_line_and_a_failed_row_and_the_others_are_scored(run_dir, tmp_path, loads,
+                                                                                        capsys):
+    weights = run_dir / "step_200" / "model.safetensors"
+    with open(weights, "r+b") as f:
+        f.truncate(weights.stat().st_size // 2)
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as stop:
+        _sweep(run_dir, out, *QUICK)
+    err = capsys.readouterr().err.strip().splitlines()
+    rows = {r["step"]: r for r in read_json(os.path.join(out, "results.json"))["rows"]}
+    assert stop.value.code == 2 and sorted(rows) == [100, 200, 300] and loads == ["step_100", "step_200", "step_300"]
+    assert "numbers" in rows[100] and "numbers" in rows[300] and "numbers" not in rows[200]
+    assert str(weights) in rows[200]["failed"]
+    (line,) = [e for e in err if e.startswith("step 200:")]
+    assert line == f"step 200: not scored: {rows[200]['failed']}; a rerun tries it again"
+    assert err[-1].startswith("error: 1 step of ") and "(200: " in err[-1] and "Traceback" not in "\n".join(err)
+
+
+def test_watch_s_goes_with_watch(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        sweep.main([f"--checkpoints={tmp_path}", "--watch_s=5", f"--output_dir={tmp_path / 'out'}", *QUICK])
+    assert "--watch_s goes with --watch" in capsys.readouterr().err

@@ -153,3 +153,21 @@ def test_bad_inputs_are_one_line_exit_2_and_write_nothing(user, tiny_llama_dir, 
     assert stop.value.code == 2 and len(err) == 1 and err[0].startswith("error: "), err
     assert __import__("re").search(expected, err[0]), err[0]
     assert not (user / "out" / "results.json").exists() and not (user / "out" / "steps").exists()
+
+
+def test_an_unfinished_step_and_a_damaged_one_are_named_and_the_others_swept(user, tiny_llama_dir, capsys):
+    """orbax's standard API: step 2 without the commit_success.txt its other steps have (not finished: never
+    read), step 3 with its arrays cut short (one line, a failed row); steps 1 and 4 are scored."""
+    manager_steps(user / "ckpt", {s: params(s) for s in (1, 2, 3, 4)})
+    (user / "ckpt" / "2" / "commit_success.txt").unlink()
+    files = [os.path.join(d, n) for d, _, names in os.walk(user / "ckpt" / "3") for n in names if "ocdbt" in d]
+    os.truncate(max(files, key=os.path.getsize), 100)
+    with pytest.raises(SystemExit) as stop:
+        run(user / "ckpt", user / "out", f"--tokenizer={tiny_llama_dir}", "--heldout=heldout.jsonl")
+    rows = {r["step"]: r for r in json.loads((user / "out" / "results.json").read_text())["rows"]}
+    assert stop.value.code == 2 and sorted(rows) == [1, 2, 3, 4]
+    assert "heldout_loss" in rows[1]["metrics"] and "heldout_loss" in rows[4]["metrics"]
+    assert rows[2]["failed"].startswith("not finished: it has no commit_success.txt")
+    assert "cannot be read" in rows[3]["failed"] and str(user / "ckpt" / "3") in rows[3]["failed"]
+    err = capsys.readouterr().err
+    assert err.count("step 2: ") == 1 and err.count("step 3: ") == 1 and "Traceback" not in err
