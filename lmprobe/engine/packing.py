@@ -90,18 +90,16 @@ class ContinuationRow:
     """A context and some of its continuations in one row: the context (PREFIX), then for each
     continuation of two or more tokens (segment 1, 2, ...) its tokens but the last, at the positions
     that follow the context. Slot ``slots[k]`` predicts ``targets[k]``, the continuations' tokens
-    one after another (a continuation's first token: the context's last slot, shared by all)."""
+    one after another (a continuation's first token: the context's last slot, shared by all).
+    ``packed``: the row runs under its segments' mask (two segments or more, or a row of ``joined``'s short
+    sequences, which may hold one); else it is one causal sequence."""
 
     ids: list[int]
     segments: np.ndarray
     positions: np.ndarray
     slots: np.ndarray
     targets: np.ndarray
-
-    @property
-    def packed(self) -> bool:
-        """Whether the row needs the segment mask (two segments or more); else it is one causal sequence."""
-        return int(self.segments.max(initial=0)) > 1
+    packed: bool
 
     @classmethod
     def of(cls, context: tuple[int, ...], continuations: list[tuple[int, ...]]) -> ContinuationRow:
@@ -117,20 +115,19 @@ class ContinuationRow:
                 positions += range(len(context), len(context) + len(continuation) - 1)
         targets = [t for continuation in continuations for t in continuation]
         return cls(ids, np.asarray(segments, np.int32), np.asarray(positions, np.int32), np.asarray(slots, np.int32),
-                   np.asarray(targets, np.int32))
+                   np.asarray(targets, np.int32), segment > 1)
 
     @classmethod
     def joined(cls, rows: Sequence[ContinuationRow]) -> ContinuationRow:
-        """Plain rows (``packed`` False) end to end in one: row k becomes segment k + 1, which sees only
-        itself, at its own positions; its targets follow row k - 1's. One row is returned as it is."""
-        if len(rows) == 1:
-            return rows[0]
+        """Plain rows (``packed`` False) end to end in one packed row: row k becomes segment k + 1, which
+        sees only itself, at its own positions; its targets follow row k - 1's. (A row of one keeps the packed
+        rows' batches: with the others of its length, not a batch of its own.)"""
         starts = np.cumsum([0] + [len(row.ids) for row in rows])
         return cls([t for row in rows for t in row.ids],
                    np.concatenate([np.full(len(row.ids), k + 1, np.int32) for k, row in enumerate(rows)]),
                    np.concatenate([row.positions for row in rows]),
                    np.concatenate([row.slots + start for row, start in zip(rows, starts)]).astype(np.int32),
-                   np.concatenate([row.targets for row in rows]))
+                   np.concatenate([row.targets for row in rows]), True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,14 +162,13 @@ def chunked(context: tuple[int, ...], continuations: list[tuple[int, ...]], limi
     return chunks
 
 
-def end_to_end(rows: Sequence[ContinuationRow], buckets: Sequence[int] = LENGTH_BUCKETS) -> list[list[int]]:
-    """Which ``rows`` share a row (indices, in order): the plain rows of at most ``SHORT_SEQUENCE`` tokens, first
-    fit by decreasing length, into rows as long as the longest one's bucket (``buckets``), so a row costs
-    no more attention than that sequence alone; every other row alone."""
+def end_to_end(rows: Sequence[ContinuationRow], buckets: Sequence[int] = LENGTH_BUCKETS) -> tuple[list, list]:
+    """Which ``rows`` keep a row of their own (indices) and which share rows (lists of indices): where two or
+    more plain rows have at most ``SHORT_SEQUENCE`` tokens, those share, first fit by decreasing length, rows
+    as long as the longest one's bucket (``buckets``), so a row costs no more attention than that sequence."""
     short = [i for i, row in enumerate(rows) if not row.packed and len(row.ids) <= SHORT_SEQUENCE]
-    groups = [[i] for i, row in enumerate(rows) if row.packed or len(row.ids) > SHORT_SEQUENCE]
-    if not short:
-        return groups
+    if len(short) < 2:
+        return list(range(len(rows))), []
     short.sort(key=lambda i: -len(rows[i].ids))
     room = bucket_length(len(rows[short[0]].ids), buckets)
     bins, free = [], []
@@ -184,7 +180,7 @@ def end_to_end(rows: Sequence[ContinuationRow], buckets: Sequence[int] = LENGTH_
             free.append(room)
         bins[k].append(i)
         free[k] -= n
-    return groups + bins
+    return sorted(set(range(len(rows))) - set(short)), bins
 
 
 def pack_continuations(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], limit: int, *,
@@ -211,13 +207,14 @@ def pack_continuations(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], lim
     units = [(context, chunk) for context, continuations in groups.items()
              for chunk in chunked(context, list(continuations), limit, shared)]
     alone = [ContinuationRow.of(context, chunk) for context, chunk in units]
+    own, shared_rows = end_to_end(alone, buckets) if shared else (range(len(units)), [])
     rows, where, base = [], {}, 0
-    for members in end_to_end(alone, buckets) if shared else [[i] for i in range(len(units))]:
+    for members in [[i] for i in own] + shared_rows:
         for context, chunk in (units[i] for i in members):
             for continuation in chunk:
                 where[context, continuation] = base
                 base += len(continuation)
-        rows.append(ContinuationRow.joined([alone[i] for i in members]))
+        rows.append(alone[members[0]] if len(rows) < len(own) else ContinuationRow.joined([alone[i] for i in members]))
     return Continuations(rows, np.asarray([where[key] for key in keys], np.int64),
                          np.asarray([len(c) for _, c in keys], np.int64))
 
