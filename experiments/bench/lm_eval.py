@@ -15,12 +15,13 @@ and runs the row through ``lm_eval.simple_evaluate`` once to compile (lmprobe) a
 two sides of a row run back to back, so that a drift of the machine's speed between rows touches both alike.
 Per row and side: requests/s and tokens/s of the median warm run's time (with the range over repeats) inside the
 model's request method (lm-eval's own work left out; tokens: context + continuation, the document, or prompt +
-generated tokens), and the peak resident memory during the row (VmHWM, reset after loading). Then the largest
-per-request |log-likelihood difference| (relative for rolling sums) or the share of equal generations. The
-reference is lm-eval's ``hf`` loading the same checkpoint its own way (for the embedded smollm2-135m:
-transformers' GGUF loader on the same file), on CPU. JAX's CPU backend uses every core (``os.cpu_count()``);
-torch uses ``--torch_threads`` (default: torch's own default), so run it once at the default and once at
-``--torch_threads=$(nproc)``.
+generated tokens), the process's CPU seconds meanwhile (the steadier figure on a machine shared with other work;
+torch's threads spin while they wait, so its side's count more there), and the peak resident memory during the
+row (VmHWM, reset after loading). Then the largest per-request |log-likelihood difference| (relative for rolling
+sums) or the share of equal generations. The reference is lm-eval's ``hf`` loading the same checkpoint its own way
+(for the embedded smollm2-135m: transformers' GGUF loader on the same file), on CPU. JAX's CPU backend uses every
+core (``os.cpu_count()``); torch uses ``--torch_threads`` (default: torch's own default), so run it once at the
+default and once at ``--torch_threads=$(nproc)``.
 """
 
 from __future__ import annotations
@@ -125,9 +126,10 @@ def reset_peak_rss() -> None:
         f.write("5")
 
 
-def timed_requests(lm, spent: list, tokens: list) -> None:
-    """Adds the seconds ``lm`` spends answering requests (lm-eval's own work excluded) to ``spent[-1]``, and the
-    tokens the requests hold (context + continuation, the document, or prompt + generated) to ``tokens[-1]``."""
+def timed_requests(lm, spent: list, cpu: list, tokens: list) -> None:
+    """Adds the seconds ``lm`` spends answering requests (lm-eval's own work excluded) to ``spent[-1]``, the process's
+    CPU seconds meanwhile to ``cpu[-1]``, and the tokens the requests hold (context + continuation, the document,
+    or prompt + generated) to ``tokens[-1]``."""
     def count(kind, requests, answers):
         if kind == "loglikelihood":
             return sum(len(lm.tok_encode(r.args[0] + r.args[1])) for r in requests)
@@ -137,9 +139,10 @@ def timed_requests(lm, spent: list, tokens: list) -> None:
 
     for kind in ("loglikelihood", "loglikelihood_rolling", "generate_until"):
         def answer(requests, *args, _method=getattr(lm, kind), _kind=kind, **kwargs):
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             out = _method(requests, *args, **kwargs)
             spent[-1] += time.perf_counter() - start
+            cpu[-1] += time.process_time() - cpu_start
             tokens[-1] += count(_kind, requests, out)
             return out
         setattr(lm, kind, answer)
@@ -176,14 +179,15 @@ def run_backend(args) -> None:
                                          {"device": "cpu", "dtype": args.dtype, "batch_size": args.batch_size})
     report = {"load_s": time.perf_counter() - start, "torch_threads": torch.get_num_threads(), "rows": {}}
     manager = TaskManager(include_path=[args.task_dir, *filter(None, [args.include_path])], include_defaults=False)
-    spent, tokens = [], []
-    timed_requests(lm, spent, tokens)
+    spent, cpu, tokens = [], [], []
+    timed_requests(lm, spent, cpu, tokens)
     for row in args.rows.split(","):
         task, shots, limit = row_task(row, args)
         reset_peak_rss()
         runs = []
         for _ in range(1 + args.repeats):  # the first compiles (lmprobe), the others are timed
             spent.append(0.0)
+            cpu.append(0.0)
             tokens.append(0)
             runs.append(lm_eval.simple_evaluate(model=lm, tasks=[task], task_manager=manager, limit=limit,
                                                 num_fewshot=shots, log_samples=True, verbosity="ERROR"))
@@ -191,6 +195,7 @@ def run_backend(args) -> None:
         warm = spent[-args.repeats:]
         report["rows"][row] = {
             "first_s": spent[-1 - args.repeats], "seconds": float(np.median(warm)), "range_s": [min(warm), max(warm)],
+            "cpu_s": float(np.median(cpu[-args.repeats:])),
             "tokens": tokens[-1], "peak_rss_mb": peak_rss_mb(),
             "requests": sum(len(s["resps"]) for s in samples), "responses": responses(samples),
             "metrics": {k.split(",")[0]: float(v) for k, v in runs[-1]["results"][task].items()
@@ -271,20 +276,20 @@ def main(argv=None):
               f"{reports.get('hf', {}).get('torch_threads', torch.get_num_threads())}, load average "
               f"{os.getloadavg()[0]:.1f}; load s: " + ", ".join(f"{b} {r['load_s']:.1f}" for b, r in reports.items()))
     print(header)
-    print(f"{'row':<11}{'backend':<9}{'requests':>9}{'tokens':>9}{'warm s':>8}{'range s':>13}{'req/s':>9}{'tok/s':>9}"
-          f"{'peak MB':>9}{'first s':>9}  metrics")
+    print(f"{'row':<11}{'backend':<9}{'requests':>9}{'tokens':>9}{'warm s':>8}{'range s':>13}{'cpu s':>8}{'req/s':>9}"
+          f"{'tok/s':>9}{'peak MB':>9}{'first s':>9}  metrics")
     table = {"header": header, "rows": []}
     for row in rows:
         entry = {"row": row, "what": ROWS.get(row, (row, 0, 0, "lm-eval task"))[3]}
         for backend, report in reports.items():
             r = report["rows"][row]
-            entry[backend] = {k: r[k] for k in ("requests", "tokens", "seconds", "range_s", "first_s", "peak_rss_mb",
-                                                "metrics")}
+            entry[backend] = {k: r[k] for k in ("requests", "tokens", "seconds", "range_s", "cpu_s", "first_s",
+                                                "peak_rss_mb", "metrics")}
             entry[backend].update(requests_per_s=r["requests"] / r["seconds"], tokens_per_s=r["tokens"] / r["seconds"])
             e = entry[backend]
             spread = "{:.2f}-{:.2f}".format(*e["range_s"])
             print(f"{row:<11}{backend:<9}{e['requests']:>9}{e['tokens']:>9}{e['seconds']:>8.2f}{spread:>13}"
-                  f"{e['requests_per_s']:>9.1f}{e['tokens_per_s']:>9.0f}{e['peak_rss_mb']:>9.0f}{e['first_s']:>9.1f}"
+                  f"{e['cpu_s']:>8.2f}{e['requests_per_s']:>9.1f}{e['tokens_per_s']:>9.0f}{e['peak_rss_mb']:>9.0f}{e['first_s']:>9.1f}"
                   f"  {', '.join(f'{k} {v:.4g}' for k, v in e['metrics'].items())}")
         if len(reports) == 2:
             ours, ref = (reports[b]["rows"][row]["responses"] for b in BACKENDS)
