@@ -214,7 +214,8 @@ def pack_continuations(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], lim
             for continuation in chunk:
                 where[context, continuation] = base
                 base += len(continuation)
-        rows.append(alone[members[0]] if len(rows) < len(own) else ContinuationRow.joined([alone[i] for i in members]))
+        sharing = len(rows) >= len(own)  # the rows of their own come first
+        rows.append(ContinuationRow.joined([alone[i] for i in members]) if sharing else alone[members[0]])
     return Continuations(rows, np.asarray([where[key] for key in keys], np.int64),
                          np.asarray([len(c) for _, c in keys], np.int64))
 

@@ -3,6 +3,7 @@
     scorer = Scorer.load("smollm2-135m")               # or "smollm2-135m@int8": lmprobe.checkpoints.variants
     scorer.score(["Some text."])                       # token log-probs, NLL, log-perplexity
     scorer.score_pairs(a, b)                           # the same for pairs, shared prefixes once
+    scorer.score_continuations([(context, answer)])    # ln p(answer | context) and greedy hit (lm-eval's)
     scorer.next_token_stats(a, a_pos, b, b_pos)        # JSD / KL / entropy / mass / top-k, on device
     scorer.embed(["Some text."], pooling="mean")       # sentence embeddings
     scorer.score_targets(sources, targets)             # encoder-decoders: ln p(target | source)
