@@ -401,14 +401,17 @@ class Scorer:
         packed rows where a long context is shared, short sequences end to end, the rest plain causal
         sequences, each kind batched by length apart; the LM head runs only at the slots that predict a
         continuation token. A token id outside the vocabulary is an error naming the pair, before anything runs.
-        On CPU, with the default buckets, rows are batched on ``FINE_LENGTH_BUCKETS`` (a fifth of a row's slots
-        padding at most, not a third: lm-eval's long documents ran 1.22x their tokens, now 1.11x)."""
+        On CPU, with the default buckets, rows are batched on ``FINE_LENGTH_BUCKETS`` where those pad fewer
+        slots than the default ones (lm-eval's 40 long documents: 1.11x their tokens, where 1.22x; a few
+        documents spread over the fine buckets may pad more rows instead)."""
         self.require_decoder("score_continuations")
         limit = limit or self.max_length
         packs = self.supports("packing")
-        fine = tuple(self.buckets) == LENGTH_BUCKETS and self.mesh.devices.flat[0].platform == "cpu"
-        buckets = self.runner.bucket_lengths(limit, FINE_LENGTH_BUCKETS if fine else None)
-        packed = pack_continuations(pairs, limit, shared=packs, buckets=buckets)
+        choices = [self.runner.bucket_lengths(limit)]
+        if tuple(self.buckets) == LENGTH_BUCKETS and self.mesh.devices.flat[0].platform == "cpu":
+            choices.insert(0, self.runner.bucket_lengths(limit, FINE_LENGTH_BUCKETS))
+        packed, buckets = min(((pack_continuations(pairs, limit, shared=packs, buckets=b), b) for b in choices),
+                              key=lambda choice: self._slots(*choice))
         rows = packed.rows
         _check_vocabulary(rows, pairs, self.vocab_size)
         base = np.cumsum([0] + [len(row.targets) for row in rows], dtype=np.int64)  # where each row's targets start
@@ -425,6 +428,14 @@ class Scorer:
         misses = np.concatenate([[0], np.cumsum(~greedy)])
         return list(zip((totals[ends] - totals[packed.first]).tolist(),
                         (misses[ends] == misses[packed.first]).tolist()))
+
+    def _slots(self, packed, buckets) -> int:
+        """Slots (tokens and padding) of the batches ``score_continuations`` runs for ``packed`` on ``buckets``."""
+        runner, kinds = self.runner, {True: [], False: []}
+        for row in packed.rows:
+            kinds[row.packed].append(row.ids)
+        return sum(b.ids.size for rows in kinds.values() if rows
+                   for b in runner.batches(rows, max_length=max(buckets), buckets=buckets))
 
     def _score_rows(self, rows, first, flat, packs: bool, buckets, out) -> None:
         """``score_continuations``' rows (all packed or all plain) in batches on ``buckets``; row r's targets
