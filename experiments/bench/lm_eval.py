@@ -1,7 +1,7 @@
 """lmprobe's lm-eval backend against lm-eval's own HF backend (``hf``), side by side on every request type.
 
     python -m experiments.bench.lm_eval [--model=smollm2-135m --dtype=float32 --batch_size=16 --torch_threads=N
-        --rows=mc1,mc0,mc3,sentences,documents,generate --limit=N --repeats=N --output=bench.json]
+        --rows=mc1,mc0,mc3,sentences,documents,generate --limit=N --repeats=N --output=bench.json --profile=DIR]
 
 Rows (tasks written at run time to a temporary directory, from Debian's fortune files: quotations on science,
 law, food and politics, labelled by their file): ``mc1`` 4-way multiple choice with one-token answers
@@ -15,12 +15,13 @@ and runs the row through ``lm_eval.simple_evaluate`` once to compile (lmprobe) a
 two sides of a row run back to back, so that a drift of the machine's speed between rows touches both alike.
 Per row and side: requests/s and tokens/s of the median warm run's time (with the range over repeats) inside the
 model's request method (lm-eval's own work left out; tokens: context + continuation, the document, or prompt +
-generated tokens), and the peak resident memory during the row (VmHWM, reset after loading). Then the largest
-per-request |log-likelihood difference| (relative for rolling sums) or the share of equal generations. The
-reference is lm-eval's ``hf`` loading the same checkpoint its own way (for the embedded smollm2-135m:
-transformers' GGUF loader on the same file), on CPU. JAX's CPU backend uses every core (``os.cpu_count()``);
-torch uses ``--torch_threads`` (default: torch's own default), so run it once at the default and once at
-``--torch_threads=$(nproc)``.
+generated tokens), the process's CPU seconds meanwhile (the steadier figure on a machine shared with other work;
+torch's threads spin while they wait, so its side's count more there), and the peak resident memory during the
+row (VmHWM, reset after loading). Then the largest per-request |log-likelihood difference| (relative for rolling
+sums) or the share of equal generations. The reference is lm-eval's ``hf`` loading the same checkpoint its own way
+(for the embedded smollm2-135m: transformers' GGUF loader on the same file), on CPU. JAX's CPU backend uses every
+core (``os.cpu_count()``); torch uses ``--torch_threads`` (default: torch's own default), so run it once at the
+default and once at ``--torch_threads=$(nproc)``.
 """
 
 from __future__ import annotations
@@ -125,9 +126,10 @@ def reset_peak_rss() -> None:
         f.write("5")
 
 
-def timed_requests(lm, spent: list, tokens: list) -> None:
-    """Adds the seconds ``lm`` spends answering requests (lm-eval's own work excluded) to ``spent[-1]``, and the
-    tokens the requests hold (context + continuation, the document, or prompt + generated) to ``tokens[-1]``."""
+def timed_requests(lm, spent: list, cpu: list, tokens: list) -> None:
+    """Adds the seconds ``lm`` spends answering requests (lm-eval's own work excluded) to ``spent[-1]``, the process's
+    CPU seconds meanwhile to ``cpu[-1]``, and the tokens the requests hold (context + continuation, the document,
+    or prompt + generated) to ``tokens[-1]``."""
     def count(kind, requests, answers):
         if kind == "loglikelihood":
             return sum(len(lm.tok_encode(r.args[0] + r.args[1])) for r in requests)
@@ -137,9 +139,10 @@ def timed_requests(lm, spent: list, tokens: list) -> None:
 
     for kind in ("loglikelihood", "loglikelihood_rolling", "generate_until"):
         def answer(requests, *args, _method=getattr(lm, kind), _kind=kind, **kwargs):
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             out = _method(requests, *args, **kwargs)
             spent[-1] += time.perf_counter() - start
+            cpu[-1] += time.process_time() - cpu_start
             tokens[-1] += count(_kind, requests, out)
             return out
         setattr(lm, kind, answer)
@@ -156,8 +159,64 @@ def responses(samples) -> list:
     return out
 
 
+OP_KINDS = (("matmuls", ("ynn_fusion", "dot", "convolution")),
+            ("exp, max, masks (softmax)", ("exponential", "maximum", "select", "and_convert", "compare", "reduce")),
+            ("copies, slices, pads", ("copy", "slice", "pad", "transpose", "concatenate", "dynamic-update")),
+            ("control", ("while", "cond", "ThunkExecutor", "call")), ("other elementwise", ("",)))
+
+
+def profile_summary(directory: str) -> str:
+    """Where a traced run's time went (jax.profiler's trace in ``directory``, XLA on CPU): the share of the wall
+    time XLA executed (the rest: host work between steps), and XLA's operations by kind (their own time over all
+    threads; control's own time is waiting on other threads, left out), with the part inside attention's tiles
+    (causal rows of 256 tokens or more, under the tiles' ``cond``)."""
+    import glob
+
+    from jax.profiler import ProfileData
+
+    path = max(glob.glob(os.path.join(directory, "**", "*.xplane.pb"), recursive=True), key=os.path.getmtime)
+    plane = ProfileData.from_file(path).find_plane_with_name("/host:CPU")
+    own, tiles, spans, wall = {}, {}, [], [0, 0]
+    for line in plane.lines:
+        if line.name == "python":
+            times = [(e.start_ns, e.start_ns + e.duration_ns) for e in line.events]
+            wall = [min(t[0] for t in times), max(t[1] for t in times)] if times else wall
+        if "XLA" not in line.name:
+            continue
+        events = sorted(((e.start_ns, e.duration_ns, e.name) for e in line.events if e.duration_ns > 0
+                         and not e.name.startswith(("end:", "Threadpool"))), key=lambda e: (e[0], -e[1]))
+        stack = []  # [end, name, duration, children's time, under a cond]
+
+        def close(upto, stack=stack):
+            while stack and stack[-1][0] <= upto:
+                _, name, duration, children, in_tile = stack.pop()
+                kind = next(k for k, keys in OP_KINDS if any(key in name for key in keys))
+                own[kind] = own.get(kind, 0) + duration - children
+                tiles[kind] = tiles.get(kind, 0) + (duration - children) * in_tile
+                if stack:
+                    stack[-1][3] += duration
+
+        for start, duration, name in events:
+            close(start)
+            if not stack:
+                spans.append((start, start + duration))
+            stack.append([start + duration, name, duration, 0, name.startswith("cond") or any(
+                s[1].startswith("cond") for s in stack)])
+        close(float("inf"))
+    busy, end = 0, -1
+    for a, b in sorted(spans):
+        busy, end = busy + max(0, b - max(a, end)), max(end, b)
+    total = sum(v for k, v in own.items() if k != "control") or 1
+    lines = [f"  XLA executing {busy / 1e9:.2f} s of the traced {(wall[1] - wall[0]) / 1e9:.2f} s; XLA's operations "
+             f"{total / 1e9:.2f} s over all threads:"]
+    lines += [f"    {k:28}{own.get(k, 0) / total:7.1%}  (in attention's tiles {tiles.get(k, 0) / total:.1%})"
+              for k, _ in OP_KINDS if k != "control"]
+    return "\n".join(lines)
+
+
 def run_backend(args) -> None:
     """The child: one backend, every row; JSON on stdout's last line."""
+    import jax
     import lm_eval
     import torch
     from lm_eval.tasks import TaskManager
@@ -176,21 +235,29 @@ def run_backend(args) -> None:
                                          {"device": "cpu", "dtype": args.dtype, "batch_size": args.batch_size})
     report = {"load_s": time.perf_counter() - start, "torch_threads": torch.get_num_threads(), "rows": {}}
     manager = TaskManager(include_path=[args.task_dir, *filter(None, [args.include_path])], include_defaults=False)
-    spent, tokens = [], []
-    timed_requests(lm, spent, tokens)
+    spent, cpu, tokens = [], [], []
+    timed_requests(lm, spent, cpu, tokens)
     for row in args.rows.split(","):
         task, shots, limit = row_task(row, args)
         reset_peak_rss()
         runs = []
-        for _ in range(1 + args.repeats):  # the first compiles (lmprobe), the others are timed
+        for repeat in range(1 + args.repeats):  # the first compiles (lmprobe), the others are timed
+            if args.profile and args.backend == "lmprobe" and repeat == args.repeats:  # the last warm run
+                jax.profiler.start_trace(os.path.join(args.profile, row))
             spent.append(0.0)
+            cpu.append(0.0)
             tokens.append(0)
             runs.append(lm_eval.simple_evaluate(model=lm, tasks=[task], task_manager=manager, limit=limit,
                                                 num_fewshot=shots, log_samples=True, verbosity="ERROR"))
+        if args.profile and args.backend == "lmprobe":
+            jax.profiler.stop_trace()
+            print(f"{row}, the last warm run ({spent[-1]:.2f} s):\n{profile_summary(os.path.join(args.profile, row))}",
+                  file=sys.stderr, flush=True)
         samples = runs[-1]["samples"][task]
         warm = spent[-args.repeats:]
         report["rows"][row] = {
             "first_s": spent[-1 - args.repeats], "seconds": float(np.median(warm)), "range_s": [min(warm), max(warm)],
+            "cpu_s": float(np.median(cpu[-args.repeats:])),
             "tokens": tokens[-1], "peak_rss_mb": peak_rss_mb(),
             "requests": sum(len(s["resps"]) for s in samples), "responses": responses(samples),
             "metrics": {k.split(",")[0]: float(v) for k, v in runs[-1]["results"][task].items()
@@ -241,6 +308,8 @@ def main(argv=None):
     p.add_argument("--torch_threads", type=int, default=0, help="torch threads of hf (0: torch's default)")
     p.add_argument("--backends", default=",".join(BACKENDS), help="lmprobe,hf (one alone: no comparison)")
     p.add_argument("--output", default=None, help="also write the table as JSON here")
+    p.add_argument("--profile", default=None, help="a directory: trace lmprobe's last warm run of each row with "
+                   "jax.profiler there and print where its time went")
     p.add_argument("--backend", default=None, help=argparse.SUPPRESS)  # the child
     p.add_argument("--task_dir", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -259,7 +328,8 @@ def main(argv=None):
                          f"--task_dir={task_dir}", f"--rows={row}", f"--model={args.model}",
                          f"--dtype={args.dtype}", f"--batch_size={args.batch_size}", f"--repeats={args.repeats}",
                          f"--torch_threads={args.torch_threads}", f"--include_path={args.include_path}"]
-                child += [f"--{k}={v}" for k in ("limit", "num_fewshot", "hf_model_args") if (v := getattr(args, k))]
+                child += [f"--{k}={v}" for k in ("limit", "num_fewshot", "hf_model_args", "profile")
+                          if (v := getattr(args, k))]
                 out = subprocess.run(child, check=True, stdout=subprocess.PIPE, text=True).stdout
                 report = json.loads(out.strip().splitlines()[-1])
                 reports.setdefault(backend, {**report, "rows": {}})["rows"][row] = report["rows"][row]
@@ -271,20 +341,20 @@ def main(argv=None):
               f"{reports.get('hf', {}).get('torch_threads', torch.get_num_threads())}, load average "
               f"{os.getloadavg()[0]:.1f}; load s: " + ", ".join(f"{b} {r['load_s']:.1f}" for b, r in reports.items()))
     print(header)
-    print(f"{'row':<11}{'backend':<9}{'requests':>9}{'tokens':>9}{'warm s':>8}{'range s':>13}{'req/s':>9}{'tok/s':>9}"
-          f"{'peak MB':>9}{'first s':>9}  metrics")
+    print(f"{'row':<11}{'backend':<9}{'requests':>9}{'tokens':>9}{'warm s':>8}{'range s':>13}{'cpu s':>8}{'req/s':>9}"
+          f"{'tok/s':>9}{'peak MB':>9}{'first s':>9}  metrics")
     table = {"header": header, "rows": []}
     for row in rows:
         entry = {"row": row, "what": ROWS.get(row, (row, 0, 0, "lm-eval task"))[3]}
         for backend, report in reports.items():
             r = report["rows"][row]
-            entry[backend] = {k: r[k] for k in ("requests", "tokens", "seconds", "range_s", "first_s", "peak_rss_mb",
-                                                "metrics")}
+            entry[backend] = {k: r[k] for k in ("requests", "tokens", "seconds", "range_s", "cpu_s", "first_s",
+                                                "peak_rss_mb", "metrics")}
             entry[backend].update(requests_per_s=r["requests"] / r["seconds"], tokens_per_s=r["tokens"] / r["seconds"])
             e = entry[backend]
             spread = "{:.2f}-{:.2f}".format(*e["range_s"])
             print(f"{row:<11}{backend:<9}{e['requests']:>9}{e['tokens']:>9}{e['seconds']:>8.2f}{spread:>13}"
-                  f"{e['requests_per_s']:>9.1f}{e['tokens_per_s']:>9.0f}{e['peak_rss_mb']:>9.0f}{e['first_s']:>9.1f}"
+                  f"{e['cpu_s']:>8.2f}{e['requests_per_s']:>9.1f}{e['tokens_per_s']:>9.0f}{e['peak_rss_mb']:>9.0f}{e['first_s']:>9.1f}"
                   f"  {', '.join(f'{k} {v:.4g}' for k, v in e['metrics'].items())}")
         if len(reports) == 2:
             ours, ref = (reports[b]["rows"][row]["responses"] for b in BACKENDS)

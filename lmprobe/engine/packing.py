@@ -9,7 +9,9 @@ gets one row per sequence, and an input given as None (its states are known) get
 
 ``pack_continuations`` packs lm-eval's (context, continuation) requests the same way where it pays:
 continuations of one long context share a row of at most about twice one sequence, the context run
-once; the rest (rolling windows, short contexts) are plain causal sequences, batched by length.
+once; the rest (rolling windows, short contexts) are plain causal sequences, batched by length, and
+the short ones among them laid end to end in rows of their own (each sequence a segment that sees only
+itself), so that a row of short sequences is filled rather than padded.
 
 ``shared=False`` (a model without packed rows, Family.packing) gives every sequence a row of its
 own: the same results from the unpacked steps (lmprobe.engine.steps, ``packed=False``).
@@ -22,6 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from lmprobe.engine.batching import LENGTH_BUCKETS, bucket_length
 from lmprobe.errors import LmprobeError
 
 PREFIX, FIRST, SECOND, PADDING = 0, 1, 2, -1
@@ -77,6 +80,9 @@ def pack_pairs(a: Sequence[Sequence[int] | None], b: Sequence[Sequence[int] | No
 
 
 PACK_MIN_CONTEXT = 16  # context tokens below which a context's continuations get plain rows of their own
+# Plain sequences of at most this many tokens share rows (``end_to_end``): a row of them runs dense attention
+# over its [T, T] visibility, cheap at this length; longer ones keep rows of their own (causal, tiled from 256).
+SHORT_SEQUENCE = 128
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,18 +90,16 @@ class ContinuationRow:
     """A context and some of its continuations in one row: the context (PREFIX), then for each
     continuation of two or more tokens (segment 1, 2, ...) its tokens but the last, at the positions
     that follow the context. Slot ``slots[k]`` predicts ``targets[k]``, the continuations' tokens
-    one after another (a continuation's first token: the context's last slot, shared by all)."""
+    one after another (a continuation's first token: the context's last slot, shared by all).
+    ``packed``: the row runs under its segments' mask (two segments or more, or a row of ``joined``'s short
+    sequences, which may hold one); else it is one causal sequence."""
 
     ids: list[int]
     segments: np.ndarray
     positions: np.ndarray
     slots: np.ndarray
     targets: np.ndarray
-
-    @property
-    def packed(self) -> bool:
-        """Whether the row needs the segment mask (two segments or more); else it is one causal sequence."""
-        return int(self.segments.max(initial=0)) > 1
+    packed: bool
 
     @classmethod
     def of(cls, context: tuple[int, ...], continuations: list[tuple[int, ...]]) -> ContinuationRow:
@@ -111,7 +115,19 @@ class ContinuationRow:
                 positions += range(len(context), len(context) + len(continuation) - 1)
         targets = [t for continuation in continuations for t in continuation]
         return cls(ids, np.asarray(segments, np.int32), np.asarray(positions, np.int32), np.asarray(slots, np.int32),
-                   np.asarray(targets, np.int32))
+                   np.asarray(targets, np.int32), segment > 1)
+
+    @classmethod
+    def joined(cls, rows: Sequence[ContinuationRow]) -> ContinuationRow:
+        """Plain rows (``packed`` False) end to end in one packed row: row k becomes segment k + 1, which
+        sees only itself, at its own positions; its targets follow row k - 1's. (A row of one keeps the packed
+        rows' batches: with the others of its length, not a batch of its own.)"""
+        starts = np.cumsum([0] + [len(row.ids) for row in rows])
+        return cls([t for row in rows for t in row.ids],
+                   np.concatenate([np.full(len(row.ids), k + 1, np.int32) for k, row in enumerate(rows)]),
+                   np.concatenate([row.positions for row in rows]),
+                   np.concatenate([row.slots + start for row, start in zip(rows, starts)]).astype(np.int32),
+                   np.concatenate([row.targets for row in rows]), True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,11 +162,33 @@ def chunked(context: tuple[int, ...], continuations: list[tuple[int, ...]], limi
     return chunks
 
 
+def end_to_end(rows: Sequence[ContinuationRow], buckets: Sequence[int] = LENGTH_BUCKETS) -> tuple[list, list]:
+    """Which ``rows`` keep a row of their own (indices) and which share rows (lists of indices): where two or
+    more plain rows have at most ``SHORT_SEQUENCE`` tokens, those share, first fit by decreasing length, rows
+    as long as the longest one's bucket (``buckets``), so a row costs no more attention than that sequence."""
+    short = [i for i, row in enumerate(rows) if not row.packed and len(row.ids) <= SHORT_SEQUENCE]
+    if len(short) < 2:
+        return list(range(len(rows))), []
+    short.sort(key=lambda i: -len(rows[i].ids))
+    room = bucket_length(len(rows[short[0]].ids), buckets)
+    bins, free = [], []
+    for i in short:
+        n = len(rows[i].ids)
+        k = next((k for k, left in enumerate(free) if n <= left), len(bins))
+        if k == len(bins):
+            bins.append([])
+            free.append(room)
+        bins[k].append(i)
+        free[k] -= n
+    return sorted(set(range(len(rows))) - set(short)), bins
+
+
 def pack_continuations(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], limit: int, *,
-                       shared: bool = True) -> Continuations:
+                       shared: bool = True, buckets: Sequence[int] = LENGTH_BUCKETS) -> Continuations:
     """Rows for (context ids, continuation ids) pairs, as lm-eval's HF backend reads them: context
     + continuation cut on the left to ``limit`` + 1 tokens. Equal pairs are scored once; the distinct
-    continuations of one context go in rows by ``chunked`` (not ``shared``: no row holds two segments)."""
+    continuations of one context go in rows by ``chunked``, and short plain rows share rows by
+    ``end_to_end`` (the batches' length ``buckets``). Not ``shared``: no row holds two segments."""
     keys, groups = [], {}
     for i, (context, continuation) in enumerate(pairs):
         if not len(continuation):
@@ -166,13 +204,18 @@ def pack_continuations(pairs: Sequence[tuple[Sequence[int], Sequence[int]]], lim
         key = (tuple(whole[:len(whole) - len(continuation)]), tuple(continuation))
         groups.setdefault(key[0], {})[key[1]] = None  # distinct continuations, in order
         keys.append(key)
+    units = [(context, chunk) for context, continuations in groups.items()
+             for chunk in chunked(context, list(continuations), limit, shared)]
+    alone = [ContinuationRow.of(context, chunk) for context, chunk in units]
+    own, shared_rows = end_to_end(alone, buckets) if shared else (range(len(units)), [])
     rows, where, base = [], {}, 0
-    for context, continuations in groups.items():
-        for chunk in chunked(context, list(continuations), limit, shared):
+    for members in [[i] for i in own] + shared_rows:
+        for context, chunk in (units[i] for i in members):
             for continuation in chunk:
                 where[context, continuation] = base
                 base += len(continuation)
-            rows.append(ContinuationRow.of(context, chunk))
+        sharing = len(rows) >= len(own)  # the rows of their own come first
+        rows.append(ContinuationRow.joined([alone[i] for i in members]) if sharing else alone[members[0]])
     return Continuations(rows, np.asarray([where[key] for key in keys], np.int64),
                          np.asarray([len(c) for _, c in keys], np.int64))
 

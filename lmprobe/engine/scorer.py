@@ -3,6 +3,7 @@
     scorer = Scorer.load("smollm2-135m")               # or "smollm2-135m@int8": lmprobe.checkpoints.variants
     scorer.score(["Some text."])                       # token log-probs, NLL, log-perplexity
     scorer.score_pairs(a, b)                           # the same for pairs, shared prefixes once
+    scorer.score_continuations([(context, answer)])    # ln p(answer | context) and greedy hit (lm-eval's)
     scorer.next_token_stats(a, a_pos, b, b_pos)        # JSD / KL / entropy / mass / top-k, on device
     scorer.embed(["Some text."], pooling="mean")       # sentence embeddings
     scorer.score_targets(sources, targets)             # encoder-decoders: ln p(target | source)
@@ -43,9 +44,9 @@ from lmprobe.checkpoints import identity as checkpoint_identity
 from lmprobe.checkpoints import load as load_checkpoint
 from lmprobe.checkpoints.variants import apply_variants, split_name
 from lmprobe.engine import generation, steps
-from lmprobe.engine.batching import FINE_LENGTH_BUCKETS, LENGTH_BUCKETS, cpu_token_budget, restore
+from lmprobe.engine.batching import FINE_LENGTH_BUCKETS, LENGTH_BUCKETS, bucket_length, cpu_token_budget, restore
 from lmprobe.engine.mesh import make_mesh, placement, replicated
-from lmprobe.engine.packing import Packed, pack_pairs, packed_rows, padded
+from lmprobe.engine.packing import Packed, pack_continuations, pack_pairs, packed_rows, padded
 from lmprobe.engine.plan import check_fits
 from lmprobe.engine.runner import Runner
 from lmprobe.engine.runtime import enable_compilation_cache, initialize_distributed, main_print, resolve_dtype
@@ -393,6 +394,72 @@ class Scorer:
                           len(packed.rows))
         return Scores.of([per_row[packed.row[i]][packed.slots[i][:-1], side[i]] for i in range(2 * n)]).split(n)
 
+    def score_continuations(self, pairs, *, limit: int | None = None) -> list[tuple[float, bool]]:
+        """(ln p(continuation | context), whether greedy decoding yields the continuation) for (context ids,
+        continuation ids) pairs, as lm-eval's HF backend computes them: context + continuation cut on the
+        left to ``limit`` + 1 tokens (the context by default). Rows come from packing.pack_continuations:
+        packed rows where a long context is shared, short sequences end to end, the rest plain causal
+        sequences, each kind batched by length apart; the LM head runs only at the slots that predict a
+        continuation token. A token id outside the vocabulary is an error naming the pair, before anything runs.
+        On CPU, with the default buckets, rows are batched on ``FINE_LENGTH_BUCKETS`` where those pad fewer
+        slots than the default ones (lm-eval's 40 long documents: 1.11x their tokens, where 1.22x; a few
+        documents spread over the fine buckets may pad more rows instead)."""
+        self.require_decoder("score_continuations")
+        limit = limit or self.max_length
+        packs = self.supports("packing")
+        choices = [self.runner.bucket_lengths(limit)]
+        if tuple(self.buckets) == LENGTH_BUCKETS and self.mesh.devices.flat[0].platform == "cpu":
+            choices.insert(0, self.runner.bucket_lengths(limit, FINE_LENGTH_BUCKETS))
+        packed, buckets = min(((pack_continuations(pairs, limit, shared=packs, buckets=b), b) for b in choices),
+                              key=lambda choice: self._slots(*choice))
+        rows = packed.rows
+        _check_vocabulary(rows, pairs, self.vocab_size)
+        base = np.cumsum([0] + [len(row.targets) for row in rows], dtype=np.int64)  # where each row's targets start
+        flat = tuple(np.concatenate([getattr(row, key) for row in rows] or [np.zeros(0, np.int32)])
+                     for key in ("slots", "targets"))
+        logprobs, greedy = np.zeros(len(flat[1]), np.float64), np.zeros(len(flat[1]), bool)
+        is_packed = np.asarray([row.packed for row in rows], bool)
+        for kind in (False, True):  # plain rows: the causal step, no [T, T] mask
+            which = np.flatnonzero(is_packed == kind)
+            if len(which):
+                self._score_rows([rows[i] for i in which], base[which], flat, kind, buckets, (logprobs, greedy))
+        ends = packed.first + packed.length  # sums over each pair's targets: differences of running sums
+        totals = np.concatenate([[0.0], np.cumsum(logprobs)])
+        misses = np.concatenate([[0], np.cumsum(~greedy)])
+        return list(zip((totals[ends] - totals[packed.first]).tolist(),
+                        (misses[ends] == misses[packed.first]).tolist()))
+
+    def _slots(self, packed, buckets) -> int:
+        """Slots (tokens and padding) of the batches ``score_continuations`` runs for ``packed`` on ``buckets``."""
+        runner, kinds = self.runner, {True: [], False: []}
+        for row in packed.rows:
+            kinds[row.packed].append(row.ids)
+        return sum(b.ids.size for rows in kinds.values() if rows
+                   for b in runner.batches(rows, max_length=max(buckets), buckets=buckets))
+
+    def _score_rows(self, rows, first, flat, packs: bool, buckets, out) -> None:
+        """``score_continuations``' rows (all packed or all plain) in batches on ``buckets``; row r's targets
+        are ``first[r] ..`` of the flat (slots, targets) ``flat``, and their (log-probability, greedy hit) go to
+        the same places of ``out``."""
+        slots, targets = flat
+        counts = np.asarray([len(row.targets) for row in rows], np.int64)
+        runner = self.runner
+        step = runner.jit(*(("continuations_packed", steps.packed_scores_at) if packs else
+                            ("continuations", steps.causal_scores_at)))
+        batches = runner.batches([row.ids for row in rows], max_length=max(buckets), buckets=buckets)
+        places = [_scored_places(first[b.indices], counts[b.indices]) for b in batches]
+        segments, positions = [row.segments for row in rows], [row.positions for row in rows]
+
+        def call(batch, place):
+            gather, scored = (np.zeros((batch.shape[0], place[0].shape[1]), np.int32) for _ in range(2))
+            gather[:len(batch.indices)], scored[:len(batch.indices)] = slots[place[0]], targets[place[0]]
+            masks = packed_rows(segments, positions, batch) if packs else (batch.mask,)
+            return runner.put(batch.ids, *masks, gather, scored)
+
+        for batch, (source, valid), (lp, hit) in zip(batches, places, runner.run(step, map(call, batches, places))):
+            n = len(batch.indices)
+            out[0][source[valid]], out[1][source[valid]] = lp[:n][valid], hit[:n][valid]
+
     def score_targets(self, sources, targets) -> Scores:
         """ln p(target | source) per target token of an encoder-decoder (Seq2SeqScorer)."""
         raise LmprobeError("score_targets needs an encoder-decoder (T5); with a causal LM score the "
@@ -690,3 +757,27 @@ def _absolute(positions, length, i) -> list[int]:
 def _check_pooling(pooling):
     if pooling not in POOLINGS:
         raise LmprobeError(f"pooling {pooling!r} is not one of {', '.join(POOLINGS)}")
+
+
+def _scored_places(first: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For rows whose targets are ``first[r] .. first[r] + counts[r]`` of the flat list: [rows, W] indices
+    into it (W a length bucket: few shapes, little padding for the LM head; past a row's count its last target
+    again) and which are real."""
+    width = bucket_length(int(counts.max()), (1, 2, 4, *LENGTH_BUCKETS))
+    column = np.arange(width)
+    return first[:, None] + np.minimum(column, counts[:, None] - 1), column < counts[:, None]
+
+
+def _check_vocabulary(rows, pairs, vocab_size: int) -> None:
+    """One error naming the first request with a token id the model does not have (e.g. another model's
+    prefix token), before anything runs."""
+    ids = np.concatenate([np.asarray(row.ids, np.int64) for row in rows] + [row.targets for row in rows] or
+                         [np.zeros(0, np.int64)])
+    if not len(ids) or (ids.min() >= 0 and ids.max() < vocab_size):
+        return
+    for i, (context, continuation) in enumerate(pairs):
+        bad = [t for t in (*context, *continuation) if not 0 <= t < vocab_size]
+        if bad:
+            raise LmprobeError(f"request {i} has token id {bad[0]}, outside the model's vocabulary of {vocab_size} "
+                               "ids: its tokens come from another tokenizer (check prefix_token_id and that the "
+                               "requests were encoded by this model's tokenizer)")

@@ -8,16 +8,17 @@ registers the model: ``import lmprobe.integrations.lm_eval`` then ``lm_eval.simp
 model_args="pretrained=smollm2-135m", tasks=[...])``.
 
 Requests are tokenized exactly as lm-eval's HF backend (``hf``) does, so the same weights give the same
-log-likelihoods. ``loglikelihood`` packs the multi-token continuations of one long context into rows whose
-visibility mask lets each see the context and itself (the context runs once: a 4-way multiple-choice
-question costs one question plus its four answers), reads one-token continuations at the context's last
-slot, and runs everything else as plain causal sequences; the LM head runs at the scored slots only; rows
-are bucketed and sharded by the Scorer. ``loglikelihood_rolling`` uses lm-eval's disjoint rolling windows
-(plain sequences; a document longer than the context is cut into windows of ``max_length``). ``generate_until``
-runs Scorer.generate in rounds (32 new tokens, then doubling) and stops a prompt once its text holds a
-stop sequence or EOS; within a round, a row ends at a token whose own text holds a stop string (``stop_ids``),
-and the decode loop once every row has ended. ``batch_size`` is per device of the mesh's 'data' axis. In a
-multi-process JAX job every process answers every request (lm-eval sees one rank), as every lmprobe front end does.
+log-likelihoods. ``loglikelihood`` is ``Scorer.score_continuations``: the multi-token continuations of one
+long context share rows whose visibility mask lets each see the context and itself (the context runs once:
+a 4-way multiple-choice question costs one question plus its four answers), one-token continuations are
+read at the context's last slot, short sequences share rows end to end, and everything else runs as plain
+causal sequences; the LM head runs at the scored slots only; rows are bucketed and sharded by the Scorer.
+``loglikelihood_rolling`` scores lm-eval's disjoint rolling windows the same way (a document longer than
+the context is cut into windows of ``max_length``). ``generate_until`` runs Scorer.generate in rounds (32
+new tokens, then doubling) and stops a prompt once its text holds a stop sequence or EOS; within a round, a
+row ends at a token whose own text holds a stop string (``stop_ids``), and the decode loop once every row has
+ended. ``batch_size`` is per device of the mesh's 'data' axis. In a multi-process JAX job every process
+answers every request (lm-eval sees one rank), as every lmprobe front end does.
 """
 
 from __future__ import annotations
@@ -39,9 +40,7 @@ except ImportError as e:  # lm-eval is an optional extra
     raise ImportError(LM_EVAL_MISSING) from e
 
 from lmprobe import log
-from lmprobe.engine import Scorer, steps
-from lmprobe.engine.batching import LENGTH_BUCKETS, bucket_length
-from lmprobe.engine.packing import pack_continuations, packed_rows
+from lmprobe.engine import Scorer
 from lmprobe.engine.runtime import release_free_memory
 from lmprobe.errors import LmprobeError
 from lmprobe.store import write_json
@@ -49,80 +48,6 @@ from lmprobe.store import write_json
 _log = log.get(__name__)
 FIRST_ROUND = 32  # new tokens in generate_until's first round; each later round doubles
 IGNORED_ARGS = ("device", "max_batch_size")  # lm-eval passes these to every backend; JAX picks devices
-
-
-def score_continuations(scorer: Scorer, pairs, max_length: int) -> list[tuple[float, bool]]:
-    """(ln p(continuation | context), whether greedy decoding yields the continuation) for (context ids,
-    continuation ids) pairs, as lm-eval's HF backend computes them: context + continuation cut on the left
-    to ``max_length`` + 1 tokens. Rows come from lmprobe.engine.packing.pack_continuations: plain causal
-    sequences and, where a long context is shared, packed rows, each kind batched by length apart; the LM
-    head runs only at the slots that predict a continuation token."""
-    scorer.require_decoder("lm-eval's loglikelihood")
-    packed = pack_continuations(pairs, max_length, shared=scorer.supports("packing"))
-    rows, runner = packed.rows, scorer.runner
-    check_vocabulary(rows, pairs, scorer.vocab_size)
-    base = np.cumsum([0] + [len(row.targets) for row in rows], dtype=np.int64)  # where each row's targets start
-    slots = np.concatenate([row.slots for row in rows] or [np.zeros(0, np.int32)])
-    targets = np.concatenate([row.targets for row in rows] or [np.zeros(0, np.int32)])
-    logprobs, greedy = np.zeros(len(targets), np.float64), np.zeros(len(targets), bool)
-    is_packed = np.asarray([row.packed for row in rows], bool)
-    for packs in (False, True):  # plain rows: the causal step, no [T, T] mask
-        which = np.flatnonzero(is_packed == packs)
-        if len(which):
-            score_rows(runner, [rows[i] for i in which], base[which], (slots, targets), packs, max_length,
-                       (logprobs, greedy))
-    ends = packed.first + packed.length  # sums over each pair's targets: differences of running sums
-    totals = np.concatenate([[0.0], np.cumsum(logprobs)])
-    misses = np.concatenate([[0], np.cumsum(~greedy)])
-    return list(zip((totals[ends] - totals[packed.first]).tolist(),
-                    (misses[ends] == misses[packed.first]).tolist()))
-
-
-def score_rows(runner, rows, first, flat, packs: bool, max_length: int, out) -> None:
-    """Runs ``rows`` (all packed or all plain) in length-bucketed batches; row r's targets are ``first[r] ..``
-    of the flat (slots, targets) ``flat``, and their (log-probability, greedy hit) go to the same places of
-    ``out``."""
-    slots, targets = flat
-    counts = np.asarray([len(row.targets) for row in rows], np.int64)
-    step = runner.jit(*(("lm_eval_packed", steps.packed_scores_at) if packs else
-                        ("lm_eval_causal", steps.causal_scores_at)))
-    batches = runner.batches([row.ids for row in rows], max_length=max_length)
-    places = [scored_places(first[b.indices], counts[b.indices]) for b in batches]
-    segments, positions = [row.segments for row in rows], [row.positions for row in rows]
-
-    def call(batch, place):
-        gather, scored = (np.zeros((batch.shape[0], place[0].shape[1]), np.int32) for _ in range(2))
-        gather[:len(batch.indices)], scored[:len(batch.indices)] = slots[place[0]], targets[place[0]]
-        masks = packed_rows(segments, positions, batch) if packs else (batch.mask,)
-        return runner.put(batch.ids, *masks, gather, scored)
-
-    for batch, (source, valid), (lp, hit) in zip(batches, places, runner.run(step, map(call, batches, places))):
-        n = len(batch.indices)
-        out[0][source[valid]], out[1][source[valid]] = lp[:n][valid], hit[:n][valid]
-
-
-def scored_places(first: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For rows whose targets are ``first[r] .. first[r] + counts[r]`` of the flat list: [rows, W] indices
-    into it (W a length bucket: few shapes, little padding for the LM head; past a row's count its last target
-    again) and which are real."""
-    width = bucket_length(int(counts.max()), (1, 2, 4, *LENGTH_BUCKETS))
-    column = np.arange(width)
-    return first[:, None] + np.minimum(column, counts[:, None] - 1), column < counts[:, None]
-
-
-def check_vocabulary(rows, pairs, vocab_size: int) -> None:
-    """One error naming the first request with a token id the model does not have (e.g. another model's
-    prefix token), before anything runs."""
-    ids = np.concatenate([np.asarray(row.ids, np.int64) for row in rows] + [row.targets for row in rows] or
-                         [np.zeros(0, np.int64)])
-    if not len(ids) or (ids.min() >= 0 and ids.max() < vocab_size):
-        return
-    for i, (context, continuation) in enumerate(pairs):
-        bad = [t for t in (*context, *continuation) if not 0 <= t < vocab_size]
-        if bad:
-            raise LmprobeError(f"request {i} has token id {bad[0]}, outside the model's vocabulary of {vocab_size} "
-                               "ids: its tokens come from another tokenizer (check prefix_token_id and that the "
-                               "requests were encoded by this model's tokenizer)")
 
 
 @register_model("lmprobe")
@@ -263,7 +188,7 @@ class LmprobeLM(TemplateLM):
                 self.cache_hook.add_partial(kind, key, answer)
 
     def _loglikelihood_tokens(self, requests, disable_tqdm: bool = False, **kwargs) -> list[tuple[float, bool]]:
-        results = score_continuations(self.scorer, [(ctx, cont) for _, ctx, cont in requests], self.max_length)
+        results = self.scorer.score_continuations([(ctx, cont) for _, ctx, cont in requests], limit=self.max_length)
         release_free_memory()  # what the compilations freed
         self._answered("loglikelihood", [key for key, _, _ in requests], results)
         return results
@@ -277,7 +202,7 @@ class LmprobeLM(TemplateLM):
                 windows.append(window)
                 owners.append(i)
         totals = np.zeros(len(requests))
-        for i, (logprob, _) in zip(owners, score_continuations(self.scorer, windows, self.max_length)):
+        for i, (logprob, _) in zip(owners, self.scorer.score_continuations(windows, limit=self.max_length)):
             totals[i] += logprob
         release_free_memory()
         self._answered("loglikelihood_rolling", [req.args for req in requests], [float(t) for t in totals])

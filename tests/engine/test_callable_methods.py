@@ -54,9 +54,8 @@ def test_synbench_inputs_embeds(scorers):
 
 
 def test_lm_eval_continuations_unpacked(scorers):
-    lm_eval = pytest.importorskip("lmprobe.integrations.lm_eval")
     context = list(range(10, 22))
     pairs = [(context, [30, 31]), (context, [40]), (context, [50, 51, 52]), (context[:5], [7])]
-    module, wrapped = (lm_eval.score_continuations(s, pairs, 64) for s in scorers)
+    module, wrapped = (s.score_continuations(pairs, limit=64) for s in scorers)
     np.testing.assert_allclose([lp for lp, _ in wrapped], [lp for lp, _ in module], atol=2e-5)
     assert [g for _, g in wrapped] == [g for _, g in module]

@@ -56,7 +56,10 @@ def test_loglikelihood_matches_hf_backend(tiny):
     np.testing.assert_allclose([g[0] for g in got], [r[0] for r in ref], atol=1e-4)
     assert [g[1] for g in got] == [r[1] for r in ref]
     assert got[2][1] and got[0] == got[3] == got[6]
-    assert ours.scorer.runner.compilations["lm_eval_packed"] and ours.scorer.runner.compilations["lm_eval_causal"]
+    assert ours.scorer.runner.compilations["continuations_packed"]  # short sequences share rows: all of these
+    alone = requests("loglikelihood", (long_context, " w12 w13"))  # one sequence: a plain causal row
+    np.testing.assert_allclose(ours.loglikelihood(alone)[0][0], ref[5][0], atol=1e-4)
+    assert ours.scorer.runner.compilations["continuations"]
 
 
 def test_bad_requests_raise_one_clear_error_before_running(tiny):
@@ -154,7 +157,7 @@ def test_command_line_compiles_a_local_task_for_v5e_8(tiny_llama_dir, tmp_path, 
           str(FIXTURES), "--limit", "2"])
     out = json.loads(report.read_text())
     assert (out["target"], out["devices"], out["fits"]) == ("v5e-8", 8, True)
-    assert {s["step"] for s in out["steps"]} == {"lm_eval_causal", "generate"}
+    assert {s["step"] for s in out["steps"]} == {"continuations_packed", "generate"}
     assert all(s["calls"] >= 1 and s["shapes"][0].startswith("int32[8,") for s in out["steps"])  # 1 row x 8
     printed = capsys.readouterr().out
     assert "compiled, not run" in printed and "metrics above come from zeros" in printed
