@@ -124,6 +124,11 @@ def score(found, args, stages, inputs, run_dir: str, run: common.Run) -> dict:
     return row
 
 
+INTERVAL_SCHEMA = {"value": (float, None), "stderr": (float, None), "low": (float, None), "high": (float, None)}
+ROW_SCHEMA = {"step": int, "checkpoint": str, "format": str, "numbers": {str: INTERVAL_SCHEMA},
+              "seconds": {str: float}}  # a step's row as ``score`` writes it (lmprobe.store.json_problem)
+
+
 def _interval(number: stages_lib.Number) -> dict:
     low, high = number.interval() or (None, None)
     return {"value": number.value, "stderr": number.stderr, "low": low, "high": high}
@@ -137,7 +142,7 @@ def scored(found, args, stages, inputs, run_dir: str, run: common.Run) -> dict |
                         settings=dataclasses.asdict(stages_lib.Settings.of(args)),
                         heldout=inputs.heldout and cache_key(texts=inputs.heldout), version=CACHE_VERSION)
         row = cached_json(join(run_dir, "steps", f"step-{found.step}-{key}.json"),
-                          lambda: _guarded(found, args, stages, inputs, run_dir, run))
+                          lambda: _guarded(found, args, stages, inputs, run_dir, run), expect=ROW_SCHEMA)
     except (Vanished, OSError) as e:
         if not _gone(found.path):
             raise
