@@ -22,8 +22,9 @@ damaged bytes are found), ``cached_json`` against a schema of the JSON its write
 (``json_problem``). An entry that fails (truncated, damaged, of another shape, ``{}``) gives one
 warning naming the file and why; it is discarded and recomputed. A fresh value that fails is an
 error, never written. ``require_finite`` refuses a model's non-finite embeddings, logits or scores
-(NonFinite: the model, the stage, how many) before they are cached or scored. ``cache_use`` counts the entries a block read from the cache (the same counts on
-every process); ``Stages`` times a method's stages and says which were served from the cache.
+(NonFinite: the model, the stage, how many) before they are cached or scored. ``cache_use``
+counts the entries a block read from the cache (the same counts on every process); ``Stages``
+times a method's stages and says which were served from the cache.
 
 JSON files (``write_json``, ``write_results``, ``write_jsonl``) are strict JSON: NaN and infinities
 are written as null (``strict``); where a value is undefined by construction its writer says why
