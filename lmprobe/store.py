@@ -512,22 +512,22 @@ def json_problem(value, schema, where: str = "") -> str | None:
     if schema is object:
         return None
     if isinstance(schema, tuple):
-        if any(json_problem(value, s, where) is None for s in schema):
+        problems = [json_problem(value, s, where) for s in schema]
+        if None in problems:
             return None
-        if all(s is None or isinstance(s, type) for s in schema):
-            return f"has {_kind(value)}{at}, expected {' or '.join(_KIND[s or type(None)] for s in schema)}"
-        return json_problem(value, schema[-1], where)
+        inside = [p for s, p in zip(schema, problems) if isinstance(s, (list, dict)) and isinstance(value, type(s))]
+        return inside[0] if inside else _mismatch(value, where, _expected(schema))
     if schema is None or isinstance(schema, type):
         ok = value is None if schema is None else isinstance(value, (int, float) if schema is float else schema) and (
             schema is bool or not isinstance(value, bool))
-        return None if ok else f"has {_kind(value)}{at}, expected {_KIND[schema or type(None)]}"
+        return None if ok else _mismatch(value, where, _expected(schema))
     if isinstance(schema, list):
         if not isinstance(value, list):
-            return f"has {_kind(value)}{at}, expected a list"
+            return _mismatch(value, where, _expected(schema))
         return next((p for i, v in enumerate(value) if (p := json_problem(v, schema[0], f"{where}[{i}]"))), None)
     if isinstance(schema, dict):
         if not isinstance(value, dict):
-            return f"has {_kind(value)}{at}, expected an object"
+            return _mismatch(value, where, _expected(schema))
         if list(schema) == [str]:
             items = [(k, schema[str]) for k in value]
         else:
@@ -538,6 +538,18 @@ def json_problem(value, schema, where: str = "") -> str | None:
             items = schema.items()
         return next((p for k, s in items if (p := json_problem(value[k], s, f"{where}.{k}" if where else k))), None)
     return schema(value)
+
+
+def _mismatch(value, where: str, expected: str) -> str:
+    """"is null, expected an object" (the entry itself), "has a string at a.b[1], expected a number"."""
+    return f"has {_kind(value)} at {where}, expected {expected}" if where else f"is {_kind(value)}, expected {expected}"
+
+
+def _expected(schema) -> str:
+    if isinstance(schema, tuple):
+        return " or ".join(map(_expected, schema))
+    return "a list" if isinstance(schema, list) else "an object" if isinstance(schema, dict) else _KIND.get(
+        schema or type(None), "a valid value")
 
 
 def _kind(value) -> str:

@@ -256,7 +256,7 @@ DAMAGE = {  # entry name, what replaces its bytes, the warning's reason
     "json truncated": ("y.json", lambda data: data[:5], "is unreadable (JSONDecodeError: "),
     "json empty": ("y.json", lambda data: b"", "is unreadable (JSONDecodeError: "),
     "json {}": ("y.json", lambda data: b"{}", "lacks keys 'scores'"),
-    "json null": ("y.json", lambda data: b"null", "has null, expected an object"),
+    "json null": ("y.json", lambda data: b"null", "is null, expected an object"),
     "json wrong type": ("y.json", lambda data: b'{"scores": [1, "2"]}', "has a string at scores[1], expected a number"),
 }
 

@@ -92,7 +92,7 @@ def test_a_damaged_embedding_is_named_once_and_recomputed_to_the_same_score(firs
 
 @pytest.mark.parametrize("entry, why", [(b"{}", "lacks keys 'p', 'val_loss', 'mdl', 'sdl', 'sdl_is_lower_bound', "
                                                 "'esc', 'esc_text', 'eps', 'max_n', 'units'"),
-                                        (b"null", "has null, expected an object")])
+                                        (b"null", "is null, expected an object")])
 def test_a_baselines_entry_that_parses_but_is_wrong_is_named_and_recomputed(first, tmp_path, capsys,
                                                                             tiny_minilm_dir, entry, why):
     out = _copy(first, tmp_path)
