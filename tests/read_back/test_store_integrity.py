@@ -76,8 +76,14 @@ def _wrong_shape(data: bytes) -> bytes:
     return store._npy_bytes(np.load(store.io.BytesIO(data))[1:])
 
 
+def _narrower(data: bytes) -> bytes:
+    """A valid entry (checksum and all) of the same array less its last column."""
+    return store._npy_bytes(np.load(store.io.BytesIO(data))[:, :-1])
+
+
 @pytest.mark.parametrize("damage, why", [(_flip_data, "does not match its checksum (its bytes changed on disk)"),
-                                         (_wrong_shape, "has shape (179, 64), expected (180, any)")])
+                                         (_wrong_shape, "has shape (179, 64), expected (180, 64)"),
+                                         (_narrower, "has shape (180, 63), expected (180, 64)")])
 def test_a_damaged_embedding_is_named_once_and_recomputed_to_the_same_score(first, tmp_path, capsys,
                                                                             tiny_minilm_dir, damage, why):
     out = _copy(first, tmp_path)

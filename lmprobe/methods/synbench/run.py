@@ -283,7 +283,8 @@ def run(rep: Representation, config: Config, *, cache_dir: str | None = None,
         ticker, target = Ticker(progress, 2 * per_split * len(config.scales), f"{rep.name}: representations"), 0
         for scale in config.scales:
             for split in ("train", "test"):
-                reps, labels = _cached_split(rep, config, spec, scale, split, cache_dir, ticker.advance)
+                width = z["train"][0].shape[-1] if z["train"] else None  # the first split's: every split's
+                reps, labels = _cached_split(rep, config, spec, scale, split, cache_dir, ticker.advance, width)
                 target += per_split
                 ticker.advance_to(target)  # a split read from the cache moves the bar at once
                 check_representations(rep.name, reps, scale)
@@ -460,8 +461,8 @@ def _split_key(rep, config, spec, scale, split) -> str:
                      seed=config.seed, n=config.n, scale=scale, split=split, version=CACHE_VERSION)
 
 
-def _cached_split(rep, config, spec, scale, split, cache_dir, on_batch):
-    """(representations, labels) of one (scale, split), from the cache when a run saved them."""
+def _cached_split(rep, config, spec, scale, split, cache_dir, on_batch, width: int | None = None):
+    """(representations [n, width], labels) of one (scale, split), from the cache when a run saved them."""
     if cache_dir is None:
         return represent(rep, config, scale, split, on_batch)
     key = _split_key(rep, config, spec, scale, split)
@@ -477,7 +478,7 @@ def _cached_split(rep, config, spec, scale, split, cache_dir, on_batch):
         return np.concatenate([np.asarray(y) for _, y in gaussian.batches(
             spec, scale, seed=config.seed, split=split, n=config.n, batch_size=config.batch_size)])
 
-    reps = cached(join(cache_dir, f"{key}.npy"), compute, expect=Array((config.n, None)))
+    reps = cached(join(cache_dir, f"{key}.npy"), compute, expect=Array((config.n, width)))
     return reps, cached(join(cache_dir, f"{key}-labels.npy"), labels, expect=Array((config.n,), np.integer)).astype(
         np.int32)
 

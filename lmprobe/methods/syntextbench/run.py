@@ -284,7 +284,7 @@ def default_pooling(scorer) -> str:
 def _embeddings(scorer, pairs, pooling: str, *, model_name: str, cache_dir, progress):
     """(cache keys, train, test embeddings) per level, each split cached under a key of the
     model's identity, the pooling and the sentences; one bar over EMBED_CHUNK-sentence calls."""
-    model = model_key(scorer)
+    model, width = model_key(scorer), scorer.config.hidden_size if cache_dir else None  # embed: [N, hidden size]
     splits = [(split, texts) for train_set, test_set in pairs
               for split, texts in (("train", train_set.sentences), ("test", test_set.sentences))]
     ticker, target = Ticker(progress, sum(_chunks(t) for _, t in splits), f"{model_name}: embedding"), 0
@@ -300,7 +300,7 @@ def _embeddings(scorer, pairs, pooling: str, *, model_name: str, cache_dir, prog
             return require_finite(np.concatenate(parts), model=model_name, stage="embedding")
 
         keys.append(key)
-        out.append(_maybe_cached(cache_dir, f"{key}-{split}", Array((len(texts), None)), compute))
+        out.append(_maybe_cached(cache_dir, f"{key}-{split}", Array((len(texts), width)), compute))
         target += _chunks(texts)
         ticker.advance_to(target)  # a split read from the cache moves the bar at once
     return [keys[i:i + 2] for i in range(0, len(keys), 2)], out[0::2], out[1::2]
