@@ -11,3 +11,8 @@ class LmprobeError(Exception):
 
 class CheckpointError(LmprobeError):
     """A model argument that cannot be resolved or a checkpoint that cannot be read."""
+
+
+class NonFinite(LmprobeError):
+    """A model's output (embeddings, logits, scores) with NaN or infinite values: the run stops
+    with this one error, naming the model and the stage; nothing of it is cached or scored."""

@@ -2,10 +2,12 @@
 
 Paths are local paths or URLs that ``etils.epath`` understands (``gs://bucket/run`` with gcsfs or
 TensorFlow installed); join them with ``join``, never ``os.path``. A crash never leaves a
-half-written file: local files are written to a temporary file in the same directory and renamed
-into place; remote objects (GCS) are written whole, which is atomic there.
+half-written file: local files are written to a temporary file in the same directory (``temp_name``)
+and renamed into place; remote objects (GCS) are written whole, which is atomic there. The
+temporary files of a killed write are removed by ``remove_leftovers`` (a front end's next start).
 
-``write_results`` keeps an earlier run's results.json beside the new one (results-<start>.json).
+``write_results`` keeps an earlier run's results.json beside the new one (results-<start>.json),
+in an order that never loses it: the new file written, the old one copied, the new one renamed.
 
 In a multi-process run (``lmprobe.engine.runtime``) process 0 alone writes: ``write_*`` do nothing
 on the other processes. ``cached`` and ``cached_json`` are collective: every process must call
@@ -14,9 +16,15 @@ same branch (computing runs collectives). A saved value is read by every process
 store (gs://), and read by process 0 and broadcast when local (a pod's hosts need not share a
 disk). A fresh value is computed everywhere and written by process 0; then the processes agree
 that the write succeeded (the barrier after it: a failed write fails every process, none hangs).
-A cache entry process 0 cannot decode (a truncated or empty file) is logged, discarded and
-recomputed. ``cache_use`` counts the entries a block read from the cache (the same counts on
-every process); ``Stages`` times a method's stages and says which were served from the cache.
+Every entry is checked when read against what its computation returns: ``cached`` against an
+``Array`` (shape, dtype, finite values; a SHA-256 checksum follows each array's .npy bytes, so
+damaged bytes are found), ``cached_json`` against a schema of the JSON its writer produces
+(``json_problem``). An entry that fails (truncated, damaged, of another shape, ``{}``) gives one
+warning naming the file and why; it is discarded and recomputed. A fresh value that fails is an
+error, never written. ``require_finite`` refuses a model's non-finite embeddings, logits or scores
+(NonFinite: the model, the stage, how many) before they are cached or scored. ``cache_use``
+counts the entries a block read from the cache (the same counts on every process); ``Stages``
+times a method's stages and says which were served from the cache.
 
 JSON files (``write_json``, ``write_results``, ``write_jsonl``) are strict JSON: NaN and infinities
 are written as null (``strict``); where a value is undefined by construction its writer says why
@@ -36,7 +44,8 @@ import json
 import math
 import os
 import re
-import tempfile
+import secrets
+import shutil
 import time
 from collections.abc import Callable
 from typing import Any
@@ -44,7 +53,7 @@ from typing import Any
 import numpy as np
 
 from lmprobe import log as _logging
-from lmprobe.errors import LmprobeError
+from lmprobe.errors import LmprobeError, NonFinite
 
 log = _logging.get(__name__)
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -138,16 +147,19 @@ def _broadcast_bytes(data: bytes | None) -> bytes:
 # ------------------------------------------------------------------ writing
 
 
-def _write_local(path: str, data: bytes) -> None:
+_TEMP_PREFIX = ".tmp-"  # a local file being written: ``<_TEMP_PREFIX><16 hex digits><name>`` beside it (temp_name)
+_TEMP_NAME = re.compile(r"\.tmp-([0-9a-f]{16}|[a-z0-9_]{8})")  # temp_name's, and mkstemp's of earlier lmprobes
+
+
+def _write_local(path: str, data: bytes, before_rename: Callable[[], None] = lambda: None) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+    tmp = temp_name(path)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # the usual file mode: 0o666 less the umask
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the usual file mode
+        before_rename()
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -155,17 +167,45 @@ def _write_local(path: str, data: bytes) -> None:
         raise
 
 
-def _write(path, data: bytes) -> None:
-    """``data`` at ``path`` atomically, on this process, whatever process it is."""
+def temp_name(path: str) -> str:
+    """A new name beside local ``path`` for a file or folder being written (remove_leftovers knows it)."""
+    return os.path.join(os.path.dirname(os.path.abspath(path)), f"{_TEMP_PREFIX}{secrets.token_hex(8)}"
+                        f"{os.path.basename(path)}")
+
+
+def _write(path, data: bytes, before_rename: Callable[[], None] = lambda: None) -> None:
+    """``data`` at ``path`` atomically, on this process, whatever process it is; ``before_rename()``
+    runs once ``data`` is safely written beside ``path`` (locally) and before it replaces ``path``."""
 
     def put(p):
         if is_remote(p):
             p.parent.mkdir(parents=True, exist_ok=True)  # no-op on object stores, needed on others
+            before_rename()
             p.write_bytes(data)  # one object, written whole: atomic on GCS / S3
         else:
-            _write_local(os.fspath(p), data)
+            _write_local(os.fspath(p), data, before_rename)
 
     _on_path(path, "write", put)
+
+
+def remove_leftovers(directory) -> int:
+    """Delete the temporary files (and folders) that killed writes left under local ``directory``
+    (temp_name's names); how many. Only for a directory no other process writes
+    (a front end calls it holding the directory's lock: lmprobe.cli.lock)."""
+    if is_remote(directory) or not os.path.isdir(os.fspath(directory)):
+        return 0  # object stores have no temporary files: their objects are written whole
+    removed = 0
+    for root, dirs, files in os.walk(os.fspath(directory)):
+        for name in [*files, *dirs]:
+            if _TEMP_NAME.match(name):
+                path = os.path.join(root, name)
+                if name in dirs and not os.path.islink(path):
+                    shutil.rmtree(path)
+                else:
+                    os.unlink(path)
+                removed += 1
+        dirs[:] = [d for d in dirs if not _TEMP_NAME.match(d)]
+    return removed
 
 
 def write_bytes(path, data: bytes) -> None:
@@ -184,15 +224,20 @@ def write_results(path, result: dict) -> None:
     """``result`` at ``path`` like ``write_json``; an earlier run's file there is kept first.
 
     A file at ``path`` from another run (its ``run_info.started`` differs from ``result``'s, or it
-    has none) is renamed to ``<stem>-<its start, UTC %Y%m%dT%H%M%SZ>.json`` beside it (never over
-    an existing file); the same run's earlier write is replaced."""
+    has none) is copied to ``<stem>-<its start, UTC %Y%m%dT%H%M%SZ>.json`` beside it (never over
+    another file) after the new file is written beside ``path`` and before it replaces ``path``:
+    a failure at any step (a full disk, a kill) leaves the old results at ``path``. The same
+    run's earlier write is replaced."""
     if not _is_main():
         return
-    if exists(path):
-        previous = _started_of(path)
-        if previous is None or previous != (result.get("run_info") or {}).get("started"):
-            _keep_as_history(path, previous)
-    _write(path, _json_bytes(result))
+
+    def keep_earlier():
+        if exists(path):
+            previous = _started_of(path)
+            if previous is None or previous != (result.get("run_info") or {}).get("started"):
+                _keep_as_history(path, previous)
+
+    _write(path, _json_bytes(result), keep_earlier)
 
 
 def _started_of(path) -> str | None:
@@ -206,17 +251,21 @@ def _started_of(path) -> str | None:
 
 
 def _keep_as_history(path, started: str | None) -> None:
-    """Rename ``path`` to ``<stem>-<stamp>[-k].json`` beside it; the stamp is ``started`` or the mtime."""
+    """Copy ``path`` to ``<stem>-<stamp>[-k].json`` beside it (the stamp: ``started``, else its mtime),
+    unless a file there already holds the same bytes (a write killed after keeping it)."""
 
-    def rename(p):
+    def keep(p):
+        data = p.read_bytes()
         when = _parse_time(started) or datetime.datetime.fromtimestamp(_mtime(p), datetime.UTC)
         stem = f"{p.stem}-{when.strftime('%Y%m%dT%H%M%SZ')}"
         target, k = p.parent / f"{stem}{p.suffix}", 1
         while target.exists():
+            if target.read_bytes() == data:
+                return
             target, k = p.parent / f"{stem}-{k}{p.suffix}", k + 1
-        p.rename(target)
+        _write(target, data)
 
-    _on_path(path, "keep the earlier results of", rename)
+    _on_path(path, "keep the earlier results of", keep)
 
 
 def _parse_time(text):
@@ -259,13 +308,23 @@ def note_undefined(record: dict, reason: str, *keys: str) -> dict:
 
 def _finite(value) -> bool:
     """Whether ``value`` (a number, or dicts / lists / numpy arrays of them) has no NaN or infinity."""
+    return _non_finite(value)[0] == 0
+
+
+def _non_finite(value) -> tuple[int, int]:
+    """(non-finite numbers, numbers) in ``value``: a number, or dicts / lists / numpy arrays of them."""
     if isinstance(value, dict):
-        return all(_finite(v) for v in value.values())
+        value = list(value.values())
     if isinstance(value, (list, tuple)):
-        return all(_finite(v) for v in value)
+        counts = [_non_finite(v) for v in value]
+        return sum(c[0] for c in counts), sum(c[1] for c in counts)
     if isinstance(value, (np.ndarray, np.generic)):
-        return _finite(value.tolist())
-    return not isinstance(value, float) or math.isfinite(value)
+        if value.dtype.kind not in "fc":
+            return 0, value.size if value.dtype.kind in "iub" else 0
+        return value.size - int(np.count_nonzero(np.isfinite(value))), value.size
+    if isinstance(value, float):
+        return int(not math.isfinite(value)), 1
+    return 0, int(isinstance(value, int) and not isinstance(value, bool))
 
 
 def json_text(data, indent: int | None = 2) -> str:
@@ -410,23 +469,135 @@ class Stages:
             self.cached[name] = use.to_json()
 
 
+# ------------------------------------------------------------------ what a cache entry must be
+
+
+@dataclasses.dataclass(frozen=True)
+class Array:
+    """What a cached array must be: its ``shape`` (None: any length on that axis), its ``dtype``
+    (a numpy dtype, or an abstract one: np.floating, np.integer) and, with ``finite``, no NaN or
+    infinity (in floating arrays)."""
+
+    shape: tuple[int | None, ...]
+    dtype: Any = np.floating
+    finite: bool = True
+
+    def problem(self, array: np.ndarray) -> str | None:
+        """Why ``array`` is not such an array (a phrase: "has shape ..."); None when it is."""
+        if array.ndim != len(self.shape) or any(e not in (None, n) for e, n in zip(self.shape, array.shape)):
+            sizes = ", ".join("any" if e is None else str(e) for e in self.shape)
+            return f"has shape {array.shape}, expected ({sizes}{',' * (len(self.shape) == 1)})"
+        if not np.issubdtype(array.dtype, self.dtype):
+            return f"has dtype {array.dtype}, expected {getattr(self.dtype, '__name__', self.dtype)}"
+        if self.finite and array.dtype.kind in "fc":
+            bad = array.size - int(np.count_nonzero(np.isfinite(array)))
+            if bad:
+                return f"has {bad} non-finite values (NaN or infinite) of {array.size}"
+        return None
+
+
+_KIND = {type(None): "null", bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+         list: "a list", dict: "an object"}
+
+
+def json_problem(value, schema, where: str = "") -> str | None:
+    """Why decoded JSON ``value`` does not fit ``schema`` (a phrase: "lacks keys ..."); None when it does.
+
+    A schema is the shape its writer produces: ``object`` (anything); ``None``, ``bool``, ``int``,
+    ``float`` (any number: NaN too, as cache entries keep it), ``str``, ``list``, ``dict`` (that kind
+    of value); a tuple of schemas (any of them); ``[item]`` (a list of such items); ``{key: schema,
+    ...}`` (an object with exactly these keys); ``{str: schema}`` (an object of any keys, each value
+    such); or a function of the value giving a phrase or None."""
+    at = f" at {where}" if where else ""
+    if schema is object:
+        return None
+    if isinstance(schema, tuple):
+        problems = [json_problem(value, s, where) for s in schema]
+        if None in problems:
+            return None
+        inside = [p for s, p in zip(schema, problems) if isinstance(s, (list, dict)) and isinstance(value, type(s))]
+        return inside[0] if inside else _mismatch(value, where, _expected(schema))
+    if schema is None or isinstance(schema, type):
+        ok = value is None if schema is None else isinstance(value, (int, float) if schema is float else schema) and (
+            schema is bool or not isinstance(value, bool))
+        return None if ok else _mismatch(value, where, _expected(schema))
+    if isinstance(schema, list):
+        if not isinstance(value, list):
+            return _mismatch(value, where, _expected(schema))
+        return next((p for i, v in enumerate(value) if (p := json_problem(v, schema[0], f"{where}[{i}]"))), None)
+    if isinstance(schema, dict):
+        if not isinstance(value, dict):
+            return _mismatch(value, where, _expected(schema))
+        if list(schema) == [str]:
+            items = [(k, schema[str]) for k in value]
+        else:
+            missing, extra = [k for k in schema if k not in value], [k for k in value if k not in schema]
+            if missing or extra:
+                return "; ".join(f"{what} {', '.join(map(repr, keys))}{at}" for what, keys in
+                                 (("lacks keys", missing), ("has unexpected keys", extra)) if keys)
+            items = schema.items()
+        return next((p for k, s in items if (p := json_problem(value[k], s, f"{where}.{k}" if where else k))), None)
+    return schema(value)
+
+
+def _mismatch(value, where: str, expected: str) -> str:
+    """"is null, expected an object" (the entry itself), "has a string at a.b[1], expected a number"."""
+    return f"has {_kind(value)} at {where}, expected {expected}" if where else f"is {_kind(value)}, expected {expected}"
+
+
+def _expected(schema) -> str:
+    if isinstance(schema, tuple):
+        return " or ".join(map(_expected, schema))
+    return "a list" if isinstance(schema, list) else "an object" if isinstance(schema, dict) else _KIND.get(
+        schema or type(None), "a valid value")
+
+
+def _kind(value) -> str:
+    return next((name for t, name in _KIND.items() if type(value) is t), type(value).__name__)
+
+
+def require_finite(values, *, model: str, stage: str):
+    """``values`` (an array, or numbers in lists and dicts) when all are finite; else NonFinite naming
+    ``model``, ``stage`` and how many were not: a model's NaN is never cached, scored or reported."""
+    bad, total = _non_finite(values)
+    if bad:
+        raise NonFinite(f"{model}: {stage} gave {bad} non-finite values (NaN or infinite) of {total}: its "
+                        "weights or its function give NaN or overflow (a damaged or wrongly converted checkpoint, "
+                        "or a dtype too narrow for it); nothing of it was cached")
+    return values
+
+
+class _Unfit(Exception):
+    """A cache entry (or a fresh value) that is not what its computation returns; the message is why,
+    as a phrase about the entry ("has shape ...")."""
+
+
+# ------------------------------------------------------------------ reading and writing entries
+
+
 def _read_saved(path, decode: Callable[[bytes], Any]) -> tuple[int, bytes | None, Any]:
     """(_SAVED, bytes, value) of the entry at ``path``; (_MISSING, None, None) when there is none,
-    or when it cannot be decoded (a truncated or empty file: logged and deleted)."""
+    or when it cannot be decoded or is not what its computation returns (one warning naming the
+    file and why; the entry is deleted)."""
     if not exists(path):
         return _MISSING, None, None
     data = read_bytes(path)
     try:
         return _SAVED, data, decode(data)
+    except _Unfit as e:
+        why = str(e)
     except Exception as e:  # noqa: BLE001 - whatever the decoder raises, the entry is unusable
-        log.warning(f"cache entry {path} is unreadable ({type(e).__name__}: {e}): discarded, recomputing")
-        _on_path(path, "discard", lambda p: p.unlink(missing_ok=True))
-        return _MISSING, None, None
+        why = f"is unreadable ({type(e).__name__}: {e})"
+    log.warning(f"cache entry {path} {why}: discarded, recomputing")
+    _on_path(path, "discard", lambda p: p.unlink(missing_ok=True))
+    return _MISSING, None, None
 
 
 def _cached_bytes(path, compute: Callable[[], Any], encode: Callable[[Any], bytes],
                   decode: Callable[[bytes], Any]):
-    """The value saved at ``path`` (decoded), or ``compute()`` saved by process 0. Collective."""
+    """The value saved at ``path`` (decoded), or ``compute()`` saved by process 0. Collective.
+    ``decode`` raises _Unfit for an entry that decodes but is wrong; ``encode`` for a fresh value
+    that is (never written: an LmprobeError naming ``path``)."""
     state, data, value, error = _MISSING, None, None, None
     if _is_main():
         try:
@@ -447,6 +618,8 @@ def _cached_bytes(path, compute: Callable[[], Any], encode: Callable[[Any], byte
     if _is_main():
         try:
             _write(path, encode(value))
+        except _Unfit as e:
+            error = LmprobeError(f"the value computed for cache entry {path} {e}: not cached")
         except Exception as e:  # noqa: BLE001
             error = e
     if not _agree(error is None):  # the barrier after the write; a failed write fails every process
@@ -454,24 +627,66 @@ def _cached_bytes(path, compute: Callable[[], Any], encode: Callable[[Any], byte
     return value
 
 
+def _refuse(problem: str | None) -> None:
+    if problem:
+        raise _Unfit(problem)
+
+
+_CHECKSUM = b"\nsha256:"  # after an array's .npy bytes: this tag, then the hex SHA-256 of those bytes
+_CHECKSUM_SIZE = len(_CHECKSUM) + 64
+
+
 def _npy_bytes(array: np.ndarray) -> bytes:
+    """``array`` as .npy bytes followed by their checksum (np.load reads the file and ignores it)."""
     buffer = io.BytesIO()
     np.save(buffer, array, allow_pickle=False)
-    return buffer.getvalue()
+    data = buffer.getvalue()
+    return data + _CHECKSUM + hashlib.sha256(data).hexdigest().encode()
 
 
-def cached(path, compute: Callable[[], np.ndarray]) -> np.ndarray:
-    """The array at ``path`` (.npy) if a previous run saved it, else ``compute()`` saved atomically.
+def _npy_checked(data: bytes) -> bytes:
+    """The .npy bytes of a cache entry whose checksum matches them."""
+    body, tag, digest = data[:-_CHECKSUM_SIZE], data[-_CHECKSUM_SIZE:-64], data[-64:]
+    if len(data) < _CHECKSUM_SIZE or tag != _CHECKSUM:
+        raise _Unfit("has no checksum at its end (cut short, or written by an lmprobe that did not check its caches)")
+    if hashlib.sha256(body).hexdigest().encode() != digest:
+        raise _Unfit("does not match its checksum (its bytes changed on disk)")
+    return body
 
-    Collective in a multi-process run: every process calls it with the same ``path``."""
-    return _cached_bytes(path, lambda: np.asarray(compute()), _npy_bytes,
-                         lambda data: np.load(io.BytesIO(data), allow_pickle=False))
+
+def cached(path, compute: Callable[[], np.ndarray], *, expect: Array) -> np.ndarray:
+    """The array at ``path`` (.npy, with its checksum) if a previous run saved it and it is what
+    ``expect`` says ``compute()`` returns, else ``compute()`` saved atomically (refused, never
+    written, when it is not). Collective in a multi-process run: every process calls it with the
+    same ``path``."""
+
+    def encode(array):
+        _refuse(expect.problem(array))
+        return _npy_bytes(array)
+
+    def decode(data):
+        array = np.load(io.BytesIO(_npy_checked(data)), allow_pickle=False)
+        _refuse(expect.problem(array))
+        return array
+
+    return _cached_bytes(path, lambda: np.asarray(compute()), encode, decode)
 
 
-def cached_json(path, compute: Callable[[], Any], *, encode: Callable[[Any], Any] = lambda v: v,
+def cached_json(path, compute: Callable[[], Any], *, expect, encode: Callable[[Any], Any] = lambda v: v,
                 decode: Callable[[Any], Any] = lambda v: v):
-    """``decode(json)`` of ``path`` if a previous run saved it, else ``compute()`` saved as
-    JSON ``encode(value)`` (NaN kept: see the module docstring). Collective in a multi-process
-    run, like ``cached``."""
-    return _cached_bytes(path, compute, lambda v: json.dumps(encode(v), indent=2, default=_numpy_value).encode(),
-                         lambda data: decode(json.loads(data)))
+    """``decode(json)`` of ``path`` if a previous run saved it and its JSON fits ``expect`` (a
+    schema of the JSON ``encode(compute())`` gives: ``json_problem``), else ``compute()`` saved as
+    JSON ``encode(value)`` (NaN kept: see the module docstring; refused, never written, when it does
+    not fit). Collective in a multi-process run, like ``cached``."""
+
+    def to_bytes(value):
+        data = json.dumps(encode(value), indent=2, default=_numpy_value).encode()
+        _refuse(json_problem(json.loads(data), expect))
+        return data
+
+    def from_bytes(data):
+        saved = json.loads(data)
+        _refuse(json_problem(saved, expect))
+        return decode(saved)
+
+    return _cached_bytes(path, compute, to_bytes, from_bytes)

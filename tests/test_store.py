@@ -1,6 +1,7 @@
 """Run-directory artifacts: local and epath paths, remote paths without a back end, one writer,
 and the cache's branch that process 0 decides."""
 
+import functools
 import importlib.util
 import json
 import logging
@@ -12,9 +13,10 @@ from etils import epath
 
 from lmprobe import store
 from lmprobe.engine import runtime
-from lmprobe.errors import LmprobeError
+from lmprobe.errors import LmprobeError, NonFinite
 from lmprobe.report import plots
 
+VECTOR = store.Array((None,))  # any length, floating, finite
 NO_GCSFS = importlib.util.find_spec("gcsfs") is None and importlib.util.find_spec("tensorflow") is None
 
 
@@ -55,7 +57,7 @@ def test_gs_path_without_a_backend_is_one_clear_error_and_no_local_directory(tmp
     with pytest.raises(LmprobeError, match=r"output directory gs://bucket/run.*pip install gcsfs"):
         store.check_writable("gs://bucket/run")
     with pytest.raises(LmprobeError, match="gcsfs"):
-        store.cached("gs://bucket/run/cache/x.npy", lambda: np.zeros(2))
+        store.cached("gs://bucket/run/cache/x.npy", lambda: np.zeros(2), expect=VECTOR)
     assert os.listdir(tmp_path) == []  # never a ./gs:/bucket/run directory
 
 
@@ -82,29 +84,29 @@ def test_cached_computes_once_then_loads(tmp_path):
         return np.arange(6, dtype=np.float32).reshape(2, 3)
 
     path = store.join(str(tmp_path), "cache", "x.npy")
-    first = store.cached(path, compute)
-    again = store.cached(path, compute)
+    first = store.cached(path, compute, expect=store.Array((2, 3), np.float32))
+    again = store.cached(path, compute, expect=store.Array((2, 3), np.float32))
     assert len(calls) == 1 and again.dtype == np.float32
     np.testing.assert_array_equal(first, again)
     assert _files(tmp_path) == ["cache/x.npy"]
 
-    rows = store.cached_json(store.join(str(tmp_path), "cache", "y.json"), lambda: (1, 2),
-                                 encode=list, decode=tuple)
+    rows = store.cached_json(store.join(str(tmp_path), "cache", "y.json"), lambda: (1, 2), expect=[int],
+                             encode=list, decode=tuple)
     assert rows == (1, 2)
-    assert store.cached_json(str(tmp_path / "cache" / "y.json"), lambda: pytest.fail("recomputed"),
-                                 encode=list, decode=tuple) == (1, 2)
+    assert store.cached_json(str(tmp_path / "cache" / "y.json"), lambda: pytest.fail("recomputed"), expect=[int],
+                             encode=list, decode=tuple) == (1, 2)
 
 
 def test_cache_branch_follows_process_0_not_the_local_view(tmp_path, monkeypatch):
     """Every process takes process 0's branch: computing runs collectives."""
     path = str(tmp_path / "x.npy")
-    store.cached(path, lambda: np.ones(3))
+    store.cached(path, lambda: np.ones(3), expect=VECTOR)
     before = os.stat(path).st_mtime_ns
 
     # another process: the file is on its disk, but it is not process 0, whose "missing" it follows
     monkeypatch.setattr(runtime, "is_main", lambda: False)
     monkeypatch.setattr(store, "_share", lambda value: store._MISSING)
-    out = store.cached(path, lambda: np.full(3, 7.0))
+    out = store.cached(path, lambda: np.full(3, 7.0), expect=VECTOR)
     np.testing.assert_array_equal(out, np.full(3, 7.0))  # computed, as process 0 does
     assert os.stat(path).st_mtime_ns == before  # and written by process 0 only
     store.write_json(tmp_path / "r.json", {})
@@ -114,19 +116,19 @@ def test_cache_branch_follows_process_0_not_the_local_view(tmp_path, monkeypatch
     # another process, process 0 has the cache: it loads process 0's bytes, never computes
     monkeypatch.setattr(store, "_share", lambda value: store._SAVED)
     monkeypatch.setattr(store, "_broadcast_bytes", lambda data: store._npy_bytes(np.full(3, 5.0)))
-    np.testing.assert_array_equal(store.cached(str(tmp_path / "absent.npy"), lambda: pytest.fail("computed")),
-                                  np.full(3, 5.0))
+    np.testing.assert_array_equal(store.cached(str(tmp_path / "absent.npy"), lambda: pytest.fail("computed"),
+                                               expect=VECTOR), np.full(3, 5.0))
 
 
 def test_a_failed_cache_write_fails_every_process(tmp_path, monkeypatch):
     (tmp_path / "cache").write_text("a file where the cache directory should be")
     with pytest.raises(LmprobeError, match="cannot write"):
-        store.cached(str(tmp_path / "cache" / "x.npy"), lambda: np.ones(2))
+        store.cached(str(tmp_path / "cache" / "x.npy"), lambda: np.ones(2), expect=VECTOR)
     # a process other than 0 raises too (process 0 shares its failure through agree)
     monkeypatch.setattr(runtime, "is_main", lambda: False)
     monkeypatch.setattr(runtime, "agree", lambda flag: False)
     with pytest.raises(LmprobeError, match="process 0 could not write"):
-        store.cached(str(tmp_path / "other.npy"), lambda: np.ones(2))
+        store.cached(str(tmp_path / "other.npy"), lambda: np.ones(2), expect=VECTOR)
 
 
 def test_save_figure_writes_through_epath(tmp_path):
@@ -166,6 +168,52 @@ def test_write_results_never_overwrites_history_and_stamps_files_without_run_inf
     assert len([f for f in _files(tmp_path) if f.startswith("results-")]) == 3
 
 
+@pytest.mark.parametrize("fails_at", ["writing the new file", "keeping the old one", "renaming into place"])
+def test_write_results_failing_at_any_step_leaves_the_old_results_in_place(tmp_path, monkeypatch, fails_at):
+    """The new file is written beside results.json, then the old one is kept under its history
+    name, then the new one replaces it: a full disk or a kill at any step leaves results.json."""
+    path = tmp_path / "results.json"
+    store.write_results(path, _results("2024-05-01T12:00:00+00:00", 1))
+    old = path.read_bytes()
+
+    def fail(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    if fails_at == "writing the new file":
+        monkeypatch.setattr(store.os, "fdopen", fail)
+    elif fails_at == "keeping the old one":
+        monkeypatch.setattr(store, "_keep_as_history", fail)
+    else:  # after the old one was kept: the rerun finds it kept already
+        replace = os.replace
+        monkeypatch.setattr(store.os, "replace", lambda src, dst: fail() if dst == str(path) else replace(src, dst))
+    with pytest.raises(LmprobeError, match="results.json.*No space left"):
+        store.write_results(path, _results("2024-05-02T12:00:00+00:00", 2))
+    assert path.read_bytes() == old and not [f for f in _files(tmp_path) if ".tmp-" in f]
+    monkeypatch.undo()
+    store.write_results(path, _results("2024-05-02T12:00:00+00:00", 2))  # the rerun: one history file, never two
+    assert _files(tmp_path) == ["results-20240501T120000Z.json", "results.json"]
+    assert (tmp_path / "results-20240501T120000Z.json").read_bytes() == old
+
+
+def test_remove_leftovers_removes_only_temporary_files_of_killed_writes(tmp_path):
+    (tmp_path / "cache" / store.temp_name("x.npy").split(os.sep)[-1]).parent.mkdir()
+    leftovers = [tmp_path / os.path.basename(store.temp_name("results.json")),
+                 tmp_path / "cache" / os.path.basename(store.temp_name("x.npy")),
+                 tmp_path / "cache" / ".tmp-k3_a9zqxembed.npy"]  # an earlier lmprobe's (mkstemp's)
+    for path in leftovers:
+        path.write_bytes(b"half")
+    folder = tmp_path / os.path.basename(store.temp_name("tokenizer"))  # a train run's tokenizer, half saved
+    (folder / "sub").mkdir(parents=True)
+    (folder / "sub" / "tokenizer.json").write_text("{")
+    kept = ["cache/x.npy", "notes/.tmp-mine", "results.json"]
+    for name in kept:
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text("kept")
+    assert store.remove_leftovers(tmp_path) == 4
+    assert _files(tmp_path) == kept
+    assert store.remove_leftovers(tmp_path / "absent") == 0 and store.remove_leftovers("gs://b/run") == 0
+
+
 def test_write_results_writes_nothing_on_other_processes(tmp_path, monkeypatch):
     monkeypatch.setattr(runtime, "is_main", lambda: False)
     store.write_results(tmp_path / "results.json", _results("x", 1))
@@ -188,13 +236,43 @@ def _strict_loads(text: str):
     return json.loads(text, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
 
 
-@pytest.mark.parametrize("name, truncate", [("x.npy", 40), ("x.npy", 0), ("y.json", 5), ("y.json", 0)])
-def test_a_truncated_or_empty_cache_entry_is_discarded_and_recomputed(tmp_path, records, name, truncate):
+def _flip(data: bytes, at: int) -> bytes:
+    return data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1:]
+
+
+def _entry(value) -> bytes:
+    """A well-formed entry of ``value`` (an array's .npy bytes with their checksum)."""
+    return store._npy_bytes(value) if isinstance(value, np.ndarray) else json.dumps(value).encode()
+
+
+DAMAGE = {  # entry name, what replaces its bytes, the warning's reason
+    "npy truncated": ("x.npy", lambda data: data[:40], "has no checksum at its end"),
+    "npy empty": ("x.npy", lambda data: b"", "has no checksum at its end"),
+    "npy bytes flipped": ("x.npy", lambda data: _flip(data, 200), "does not match its checksum"),
+    "npy of an older lmprobe": ("x.npy", lambda data: data[:-store._CHECKSUM_SIZE], "has no checksum at its end"),
+    "npy wrong shape": ("x.npy", lambda data: _entry(np.arange(63.0)), "has shape (63,), expected (64,)"),
+    "npy wrong dtype": ("x.npy", lambda data: _entry(np.arange(64)), "has dtype int64, expected floating"),
+    "npy NaN": ("x.npy", lambda data: _entry(np.full(64, np.nan)), "has 64 non-finite values (NaN or infinite) of 64"),
+    "json truncated": ("y.json", lambda data: data[:5], "is unreadable (JSONDecodeError: "),
+    "json empty": ("y.json", lambda data: b"", "is unreadable (JSONDecodeError: "),
+    "json {}": ("y.json", lambda data: b"{}", "lacks keys 'scores'"),
+    "json null": ("y.json", lambda data: b"null", "is null, expected an object"),
+    "json wrong type": ("y.json", lambda data: b'{"scores": [1, "2"]}', "has a string at scores[1], expected a number"),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_a_damaged_or_wrong_cache_entry_is_named_discarded_and_recomputed(tmp_path, records, damage):
+    name, damaged, why = DAMAGE[damage]
     path = tmp_path / "cache" / name
-    fetch = store.cached if name.endswith(".npy") else store.cached_json
-    value = np.arange(64.0) if name.endswith(".npy") else {"scores": list(range(64))}
+    if name.endswith(".npy"):
+        fetch = functools.partial(store.cached, expect=store.Array((64,)))
+        value = np.arange(64.0)
+    else:
+        fetch = functools.partial(store.cached_json, expect={"scores": [float]})
+        value = {"scores": list(range(64))}
     fetch(str(path), lambda: value)
-    path.write_bytes(path.read_bytes()[:truncate])
+    path.write_bytes(damaged(path.read_bytes()))
     calls = []
     with store.cache_use() as use:
         again = fetch(str(path), lambda: calls.append(1) or value)
@@ -202,9 +280,50 @@ def test_a_truncated_or_empty_cache_entry_is_discarded_and_recomputed(tmp_path, 
     np.testing.assert_array_equal(again if name.endswith(".npy") else again["scores"],
                                   value if name.endswith(".npy") else value["scores"])
     (warning,) = [r.getMessage() for r in records.records if r.levelname == "WARNING"]
-    assert warning.startswith(f"cache entry {path} is unreadable (") and warning.endswith("discarded, recomputing")
+    assert warning.startswith(f"cache entry {path} {why}") and warning.endswith("discarded, recomputing")
     assert fetch(str(path), lambda: pytest.fail("the rewritten entry was not used")) is not None
     assert _files(tmp_path) == [f"cache/{name}"]
+
+
+def test_an_array_entry_is_a_npy_file_numpy_reads(tmp_path):
+    path = tmp_path / "x.npy"
+    store.cached(str(path), lambda: np.arange(6.0).reshape(2, 3), expect=store.Array((2, 3)))
+    np.testing.assert_array_equal(np.load(path), np.arange(6.0).reshape(2, 3))  # the checksum after it is ignored
+
+
+@pytest.mark.parametrize("fetch, value, expect, why", [
+    (store.cached, np.full(3, np.inf), VECTOR, "has 3 non-finite values"),
+    (store.cached, np.zeros((3, 2)), VECTOR, r"has shape \(3, 2\), expected \(any,\)"),
+    (store.cached_json, {"a": 1}, {"b": int}, "lacks keys 'b'; has unexpected keys 'a'"),
+])
+def test_a_computed_value_that_is_not_what_the_entry_holds_is_refused_and_never_written(tmp_path, fetch, value,
+                                                                                          expect, why):
+    path = tmp_path / "x"
+    with pytest.raises(LmprobeError, match=f"the value computed for cache entry {path} {why}.*not cached"):
+        fetch(str(path), lambda: value, expect=expect)
+    assert _files(tmp_path) == []
+
+
+def test_json_problem_names_where_and_what():
+    schema = {"p": float, "esc": (int, None), "items": [{"text": str}], "skipped": {str: int}, "any": object}
+    good = {"p": 1, "esc": None, "items": [{"text": "a"}], "skipped": {}, "any": [None]}
+    assert store.json_problem(good, schema) is None
+    assert store.json_problem({**good, "p": float("nan")}, schema) is None  # cache entries keep NaN
+    assert store.json_problem({**good, "p": True}, schema) == "has a boolean at p, expected a number"
+    assert store.json_problem({**good, "esc": 1.5}, schema) == "has a number at esc, expected an integer or null"
+    assert store.json_problem({**good, "items": [{"text": 3}]}, schema) == \
+        "has an integer at items[0].text, expected a string"
+    assert store.json_problem({**good, "skipped": {"x": "y"}}, schema) == \
+        "has a string at skipped.x, expected an integer"
+    assert store.json_problem([], lambda v: None if v else "is empty") == "is empty"
+
+
+def test_require_finite_names_the_model_the_stage_and_the_count():
+    assert store.require_finite(np.ones(3), model="m", stage="embedding") is not None
+    with pytest.raises(NonFinite, match=r"^m: embedding gave 2 non-finite values \(NaN or infinite\) of 6: "):
+        store.require_finite(np.array([[1, np.nan, 2], [np.inf, 0, 1]]), model="m", stage="embedding")
+    with pytest.raises(NonFinite, match="m: BYOD negation gave 1 non-finite values .* of 3"):
+        store.require_finite([0.5, None, {"extra": [float("nan"), 1]}], model="m", stage="BYOD negation")
 
 
 def test_a_corrupt_entry_on_process_0_makes_every_process_recompute(tmp_path, monkeypatch):
@@ -213,7 +332,7 @@ def test_a_corrupt_entry_on_process_0_makes_every_process_recompute(tmp_path, mo
     shared = []
     real_share = store._share
     monkeypatch.setattr(store, "_share", lambda value: shared.append(value) or real_share(value))
-    np.testing.assert_array_equal(store.cached(str(path), lambda: np.ones(2)), np.ones(2))
+    np.testing.assert_array_equal(store.cached(str(path), lambda: np.ones(2), expect=VECTOR), np.ones(2))
     assert shared == [store._MISSING]
 
 
@@ -221,12 +340,12 @@ def test_cache_use_counts_hits_and_logs_them_and_stages_record_them(tmp_path, re
     path = str(tmp_path / "a.npy")
     stages = store.Stages({"generation": 1.5})
     with stages("embedding", "m: embedding") as use:
-        store.cached(path, lambda: np.ones(2))
+        store.cached(path, lambda: np.ones(2), expect=VECTOR)
     assert use.to_json() == {"hits": 0, "entries": 1} and stages.cached == {}
     with stages("embedding", "m: embedding") as use:
         with store.cache_use() as inner:  # nested blocks count too
-            store.cached(path, lambda: pytest.fail("recomputed"))
-        store.cached(str(tmp_path / "b.npy"), lambda: np.zeros(2))
+            store.cached(path, lambda: pytest.fail("recomputed"), expect=VECTOR)
+        store.cached(str(tmp_path / "b.npy"), lambda: np.zeros(2), expect=VECTOR)
     assert inner.hits == 1 and use.to_json() == {"hits": 1, "entries": 2}
     assert stages.cached == {"embedding": {"hits": 1, "entries": 2}} and set(stages.seconds) == {"generation",
                                                                                                 "embedding"}
@@ -250,6 +369,6 @@ def test_json_files_are_strict_and_undefined_numbers_are_null(tmp_path):
 
 def test_cache_entries_keep_nan_so_a_resumed_run_computes_what_the_first_did(tmp_path):
     path = str(tmp_path / "c.json")
-    store.cached_json(path, lambda: {"gap": float("nan")})
-    again = store.cached_json(path, lambda: pytest.fail("recomputed"))
+    store.cached_json(path, lambda: {"gap": float("nan")}, expect={"gap": float})
+    again = store.cached_json(path, lambda: pytest.fail("recomputed"), expect={"gap": float})
     assert np.isnan(again["gap"])

@@ -26,9 +26,10 @@ from tqdm.auto import tqdm
 
 from lmprobe import log as _logging
 from lmprobe import store
-from lmprobe.cli import flags
+from lmprobe.cli import flags, lock
 from lmprobe.engine import runtime
 from lmprobe.errors import LmprobeError
+from lmprobe.text import plural
 
 log = _logging.get("experiments")
 SHARED, FRONT_END = "shared (the same in every front end)", "front end"
@@ -312,9 +313,14 @@ _saved_in: list[str] = []  # the run directory (output_dir) of this program, for
 
 def output_dir(path) -> str:
     """``path`` checked writable by process 0 (one clear error on every process otherwise), as a
-    string; join files under it with ``lmprobe.store.join`` (local paths and gs:// URLs).
-    Ctrl-C (``main_guard``) then names it as where the finished work is."""
+    string; join files under it with ``lmprobe.store.join`` (local paths and gs:// URLs). This run
+    then holds its lock (lmprobe.cli.lock: a second run on it stops with one line naming this one;
+    ``main_guard`` lets it go), and the temporary files of writes killed in an earlier run are
+    removed. Ctrl-C (``main_guard``) then names it as where the finished work is."""
     store.check_writable(path)
+    lock.take(path)
+    if runtime.is_main() and (removed := store.remove_leftovers(path)):
+        log.info(f"{path}: removed {plural(removed, 'temporary file')} of writes an earlier run did not finish")
     _saved_in[:] = [str(path)]
     return str(path)
 
@@ -402,6 +408,7 @@ def main_guard(fn):
             print(interrupted_line(), file=sys.stderr)
             sys.exit(128 + getattr(e, "signum", signal.SIGINT))
         finally:
+            lock.release_all()
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
 

@@ -220,24 +220,21 @@ def score(found, args, stages, inputs, run_dir: str, run: common.Run) -> dict:
     return row
 
 
+INTERVAL_SCHEMA = {"value": (float, None), "stderr": (float, None), "low": (float, None), "high": (float, None)}
+ROW_SCHEMA = {"step": int, "checkpoint": str, "format": str, "numbers": {str: INTERVAL_SCHEMA},
+              "seconds": {str: float}}  # a step's row as ``score`` writes it (lmprobe.store.json_problem)
+
+
 def _interval(number: stages_lib.Number) -> dict:
     low, high = number.interval() or (None, None)
     return {"value": number.value, "stderr": number.stderr, "low": low, "high": high}
 
 
-def checked_row(row, step: int) -> dict:
-    """``row`` read back from OUTPUT_DIR/steps, checked to be step ``step``'s row as ``score`` writes it;
+def same_step(row: dict, step: int) -> dict:
+    """``row`` read back from OUTPUT_DIR/steps (its layout checked: ROW_SCHEMA), when it is step ``step``'s;
     ValueError (the cache then names the file, discards it and the step is scored again) otherwise."""
-    if not isinstance(row, dict) or row.get("step") != step:
+    if row["step"] != step:
         raise ValueError(f"not a sweep row of step {step}")
-    numbers, seconds = row.get("numbers"), row.get("seconds")
-    if not isinstance(numbers, dict) or not all(
-            isinstance(v, dict) and all(isinstance(v.get(k), int | float | None) for k in ("value", "stderr", "low",
-                                                                                           "high"))
-            for v in numbers.values()):
-        raise ValueError("its 'numbers' are not {name: {value, stderr, low, high}}")
-    if not isinstance(seconds, dict) or not isinstance(seconds.get("total"), int | float):
-        raise ValueError("it has no 'seconds' with a 'total'")
     return row
 
 
@@ -256,9 +253,11 @@ def scored(found, args, stages, inputs, run_dir: str, run: common.Run) -> dict |
                     heldout=inputs.heldout and cache_key(texts=inputs.heldout), version=CACHE_VERSION)
     try:
         row = cached_json(join(run_dir, "steps", f"step-{found.step}-{key}.json"),
-                          lambda: _guarded(found, args, stages, inputs, run_dir, run),
-                          decode=lambda r: checked_row(r, found.step))
-    except Vanished as e:
+                          lambda: _guarded(found, args, stages, inputs, run_dir, run), expect=ROW_SCHEMA,
+                          decode=lambda r: same_step(r, found.step))
+    except (Vanished, OSError) as e:
+        if not _gone(found.path):
+            raise
         return _vanished(found, e)
     return {**row, "checkpoint": found.path, "metrics": metrics(row)}  # where it is now (a moved run keeps its rows)
 

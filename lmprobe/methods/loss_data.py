@@ -104,6 +104,11 @@ def esc(sizes, losses, eps: float = PAPER_EPS) -> int | None:
     return int(sizes[hit[0]]) if hit.size else None
 
 
+# the JSON of loss_data_metrics (lmprobe.store.json_problem): what a cache entry of it must hold
+METRICS_SCHEMA = {"val_loss": float, "mdl": float, "sdl": float, "sdl_is_lower_bound": bool, "esc": (int, None),
+                  "esc_text": str, "eps": float, "max_n": int, "units": str}
+
+
 def loss_data_metrics(result: LossDataResult, eps: float = PAPER_EPS) -> dict:
     """Val loss, MDL, SDL_eps and eSC_eps of a loss-data curve (all in nats, eps too).
 

@@ -37,7 +37,7 @@ from lmprobe.data.labelled import load_labelled
 from lmprobe.engine import HiddenMemo
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import byod, model_key, no_progress, realtask, synbench, syntextbench
-from lmprobe.store import cache_key, cached_json, join
+from lmprobe.store import cache_key, cached_json, join, json_problem
 
 # suffixes of a number's standard error, the degrees of freedom behind it, its per-item values
 STDERR, DF, ITEMS = "_stderr", "_df", "_items"
@@ -368,7 +368,12 @@ def cached_stage(run_dir: str, stage: str, settings: dict, scorer, compute: Call
     """``compute()`` (a stage's numbers on ``scorer``), or what an earlier run saved for the same
     model identity and ``settings``. Collective in a multi-process run."""
     key = cache_key(stage=stage, settings=settings, model=model_key(scorer), version=version)
-    return cached_json(join(run_dir, "models", f"{stage}-{key}.json"), compute)
+    return cached_json(join(run_dir, "models", f"{stage}-{key}.json"), compute, expect=_numbers_problem)
+
+
+def _numbers_problem(value) -> str | None:
+    """Why a cache entry's JSON is not a stage's numbers ({name: number, null or per-item numbers}); None when it is."""
+    return json_problem(value, {str: (float, None, [float])}) or (None if value else "holds no number")
 
 
 def run(stages: Sequence[str], scorer, s: Settings, inputs: Inputs, *, name: str = "model", run_dir: str | None = None,

@@ -35,7 +35,7 @@ import numpy as np
 from lmprobe import log as logging_lib
 from lmprobe.engine.runtime import enable_compilation_cache
 from lmprobe.errors import LmprobeError
-from lmprobe.store import cache_key, cached, write_json, write_jsonl
+from lmprobe.store import Array, cache_key, cached, write_json, write_jsonl
 from lmprobe.training import corpus, data
 from lmprobe.training.config import Config, checkpoint_steps, hf_config, parameter_count
 from lmprobe.training.model import init_model, make_steps, optimizer, schedule
@@ -95,7 +95,8 @@ def prepare(config: Config, output_dir: str) -> Prepared:
     with open(os.path.join(output_dir, "tokenizer", "tokenizer.json"), "rb") as f:
         key = cache_key(tokenizer=hashlib.sha256(f.read()).hexdigest(), run=_run_config(config), version=1)
     blocks = cached(os.path.join(output_dir, "cache", f"blocks-{key}.npy"),
-                    lambda: data.pack(tokenizer, split.train, config.seq_len, eos))
+                    lambda: data.pack(tokenizer, split.train, config.seq_len, eos),
+                    expect=Array((None, config.seq_len), np.integer))
     heldout = data.heldout_rows(tokenizer, split.heldout, config.seq_len, config.eval_batch_size)
     info = {"documents": split.counts, "train_documents": len(split.train), "heldout_documents": len(split.heldout),
             "train_sequences": len(blocks), "train_tokens": int(blocks.size), "heldout_tokens": int(heldout[1].sum()),

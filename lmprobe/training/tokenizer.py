@@ -8,10 +8,12 @@ Neither adds special tokens to a text; documents are joined with the end-of-text
 from __future__ import annotations
 
 import os
+import shutil
 
 from lmprobe.checkpoints.embedded import embedded_path
 from lmprobe.checkpoints.tokenizer import directory_tokenizer, gguf_tokenizer
 from lmprobe.errors import LmprobeError
+from lmprobe.store import temp_name
 
 EOT = "<|endoftext|>"
 TRAINED = "bpe"
@@ -45,13 +47,24 @@ def load_tokenizer(spec: str):
 
 
 def tokenizer_for(spec: str, texts, vocab_size: int, directory: str):
-    """The run's tokenizer, kept in ``directory`` (reused on resume, so its ids never change)."""
-    if os.path.isfile(os.path.join(directory, "tokenizer.json")):
+    """The run's tokenizer, kept in ``directory`` (reused on resume, so its ids never change). It is
+    saved into a folder of this writer's own beside ``directory`` and renamed into place; a writer
+    that finds ``directory`` made meanwhile uses that one."""
+    saved = os.path.join(directory, "tokenizer.json")
+    if os.path.isfile(saved):
         return directory_tokenizer(directory)
     tokenizer = train_bpe(texts, vocab_size) if spec == TRAINED else load_tokenizer(spec)
-    staging = f"{directory}.partial"
-    tokenizer.save_pretrained(staging)
-    os.replace(staging, directory)
+    staging = temp_name(directory)
+    os.makedirs(staging)
+    try:
+        tokenizer.save_pretrained(staging)
+        os.replace(staging, directory)
+    except OSError as e:
+        if not os.path.isfile(saved):
+            raise LmprobeError(f"cannot save the tokenizer to {directory} ({type(e).__name__}: {e}): delete that "
+                               "folder, or free disk space") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return directory_tokenizer(directory)
 
 

@@ -82,7 +82,7 @@ def test_lp_budgets_wider_than_the_sample_fail_after_the_first_split():
     config = synbench.Config(n=8, batch_size=8, scales=(0.5, 1.0, 2.0), norm=1.0, epsilons=(0.0, 0.1))
     with pytest.raises(LmprobeError, match=r"need n >= representation size: n=8, size 16; raise `n`"):
         synbench.run(counted, config)
-    assert calls == [8]  # one batch of the first split, of six splits
+    assert calls == [8, 9]  # one batch of the first split, of six splits (traced, and at 9 rows: check_batch_axis)
 
 
 def test_absolute_eps_beyond_every_class_mean_distance_is_an_error():

@@ -43,13 +43,13 @@ import functools
 from collections.abc import Callable
 
 from lmprobe.engine import HiddenMemo
-from lmprobe.errors import LmprobeError
+from lmprobe.errors import LmprobeError, NonFinite
 from lmprobe.methods import model_key, require_kind
 from lmprobe.methods.byod import knowledge, long_range, next_token, toxicity
 from lmprobe.methods.byod.common import MetricResult, no_progress, shuffled
 from lmprobe.models import CAUSAL_LM, ENCODER_DECODER
 from lmprobe.perturb.text import DEFAULT_TRIGGER
-from lmprobe.store import Stages, cache_key, cached_json, join
+from lmprobe.store import Stages, cache_key, cached_json, join, require_finite
 
 CACHE_VERSION = 3  # 2: sampling among the top-k candidates; 3: keys hold the model's identity and the paragraphs
 DEFAULT_EXAMPLES = 1000  # a metric's examples where the paper gives no count of its own
@@ -305,7 +305,9 @@ def run(scorer, corpus, config: Config, *, model_name: str, benign=None, profani
             path = join(cache_dir, f"{name}-{key}.json")
         with stages(name, f"{model_name}: {name}"):
             try:
-                metrics[name] = _cached(path, functools.partial(metric.compute, inputs, limit))
+                metrics[name] = _cached(path, functools.partial(_finite, metric, inputs, limit, model_name))
+            except NonFinite:  # the model's logits: every metric would say the same, the run stops
+                raise
             except LmprobeError as e:
                 errors[name] = str(e)
     return Result(model_name, metrics, errors, stages.seconds, stages.cached)
@@ -333,9 +335,18 @@ def _ablation(param: str, values, compute, fields: Callable = lambda v, r: {}, a
     return main
 
 
+def _finite(metric: Metric, inputs: Inputs, limit: int | None, model_name: str) -> MetricResult:
+    """``metric`` computed, when every number in it is finite (else NonFinite: NaN logits)."""
+    result = metric.compute(inputs, limit)
+    require_finite([result.score, result.stderr, result.extra, result.records], model=model_name,
+                   stage=f"BYOD {metric.name}")
+    return result
+
+
 def _cached(path: str | None, compute: Callable[[], MetricResult]) -> MetricResult:
     """A metric's result from ``path`` (JSON) if a previous run saved it, else computed and saved
     (collective in a multi-process run: lmprobe.store.cached_json)."""
     if not path:
         return compute()
-    return cached_json(path, compute, encode=MetricResult.to_cache, decode=MetricResult.from_cache)
+    return cached_json(path, compute, expect=MetricResult.SCHEMA, encode=MetricResult.to_cache,
+                       decode=MetricResult.from_cache)

@@ -10,6 +10,7 @@ import collections
 import dataclasses
 import math
 from collections.abc import Callable, Iterable, Sequence
+from typing import ClassVar
 
 import numpy as np
 
@@ -35,6 +36,9 @@ class MetricResult:
     skipped: dict[str, int]
     records: list[dict]
     extra: dict = dataclasses.field(default_factory=dict)  # the metric's other numbers
+    # its cache entry's JSON (to_cache; lmprobe.store.json_problem)
+    SCHEMA: ClassVar[dict] = {"name": str, "score": (float, None), "stderr": (float, None), "n": int,
+                              "skipped": {str: int}, "records": [dict], "extra": dict}
 
     def to_json(self) -> dict:
         """The summary (no per-example records): what results.json holds."""

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from lmprobe.methods import model_key, no_progress
-from lmprobe.store import cache_key, cached_json, join
+from lmprobe.store import cache_key, cached_json, join, json_problem
 
 CACHE_VERSION = 3  # 3: keys hold the evaluator's identity (checkpoint digest, dtype) and the chunk's index
 INSTRUCTION = ("Rewrite the following sentence in different words, keeping its meaning. "
@@ -109,5 +109,17 @@ def generate_paraphrases(scorer, sentences: Sequence[str], config: SamplingConfi
         else:
             key = cache_key(evaluator=name, scorer=model_key(scorer), sentences=part, chunk_index=c,
                             instruction=INSTRUCTION, **vars(config), version=CACHE_VERSION)
-            out += cached_json(join(cache_dir, f"paraphrases-{key}.json"), compute)
+            out += cached_json(join(cache_dir, f"paraphrases-{key}.json"), compute,
+                               expect=_paraphrases_problem(len(part), config.n))
     return out
+
+
+def _paraphrases_problem(sentences: int, n: int) -> Callable[[object], str | None]:
+    """Why a cache entry's JSON is not ``n`` generations for each of ``sentences`` sentences; None when it is."""
+    def problem(value):
+        wrong = json_problem(value, [[str]])
+        if wrong or (len(value) == sentences and all(len(v) == n for v in value)):
+            return wrong
+        return (f"has {len(value)} sentences of {sorted({len(v) for v in value})} generations, expected "
+                f"{sentences} of {n}")
+    return problem

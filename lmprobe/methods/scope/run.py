@@ -95,8 +95,8 @@ def cached_search(reference, texts, config: Config, cache_dir: str | None,
 
     if not cache_dir:
         return compute()
-    return cached_json(join(cache_dir, f"search-{key}.json"), compute, decode=decode,
-                       encode=lambda done: {**dataclasses.asdict(done[0]), "seconds": done[1]})
+    return cached_json(join(cache_dir, f"search-{key}.json"), compute, expect={**SearchResult.SCHEMA, "seconds": float},
+                       decode=decode, encode=lambda done: {**dataclasses.asdict(done[0]), "seconds": done[1]})
 
 
 def _top(log_probs, label_names, k=5, decode=None) -> list:

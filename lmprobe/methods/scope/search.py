@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -79,6 +80,10 @@ class SearchResult:
     skipped: dict[str, int]  # reason -> examples
     model_calls: int  # batched log_probs calls
     candidates_scored: int
+    # its JSON (dataclasses.asdict; lmprobe.store.json_problem)
+    SCHEMA: ClassVar[dict] = {"perturbations": [{"index": int, "trial": int, "text": str, "perturbed": str,
+                                                 "objective": float, "words": [int], "invariant": bool}],
+                              "n_examples": int, "skipped": {str: int}, "model_calls": int, "candidates_scored": int}
 
     @property
     def n_invariant(self) -> int:

@@ -85,9 +85,33 @@ def padded(fn: Callable, batch_size: int) -> Callable:
 
 
 def function_representation(name: str, fn: Callable, input_shape, *, batch_size: int = 64, **kwargs) -> Representation:
-    """Any JAX function [B, *input_shape] -> [B, ...] (flattened to [B, k]), jitted."""
-    flat = lambda x: jnp.reshape(fn(x), (x.shape[0], -1)).astype(jnp.float32)
+    """Any JAX function [B, *input_shape] -> [B, ...] (flattened to [B, k]), jitted; one whose output
+    does not keep the batch axis first is refused (``check_batch_axis``, when it is traced)."""
+    def flat(x):
+        z = fn(x)
+        check_batch_axis(name, fn, x, z)
+        return jnp.reshape(z, (x.shape[0], -1)).astype(jnp.float32)
+
     return Representation(name, tuple(input_shape), padded(jax.jit(flat), batch_size), encoder=flat, **kwargs)
+
+
+def check_batch_axis(name: str, fn: Callable, x, z) -> None:
+    """Refuse ``fn`` unless its output's first axis is the batch's: ``z = fn(x)``, and its output's
+    shape for one input more (traced, not run). A function that drops the batch axis (its output
+    for one input, a reduction over the batch) can have as many leading entries as the batch has
+    rows by chance: then flattening it to [B, k] would score a width of k = 1."""
+    rows = x.shape[0]
+    shape = tuple(getattr(z, "shape", ()))
+    if shape[:1] == (rows,):
+        try:
+            one_more = jax.eval_shape(fn, jax.ShapeDtypeStruct((rows + 1, *x.shape[1:]), x.dtype))
+        except Exception:  # noqa: BLE001 - a function of one batch size only: it is only given that many rows
+            return
+        rows, shape = rows + 1, tuple(getattr(one_more, "shape", ()))
+    if shape[:1] != (rows,):
+        raise LmprobeError(f"`model={name}` maps a batch of inputs of shape {(rows, *x.shape[1:])} to shape {shape}: "
+                           "a representation function must keep the batch axis first ([B, ...] -> [B, ...], one "
+                           "representation per input)")
 
 
 def identity_representation(input_shape, **kwargs) -> Representation:

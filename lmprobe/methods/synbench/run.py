@@ -45,7 +45,7 @@ from lmprobe.methods.synbench.theory import (
     synbench_scores,
     unbiased_squared_distance,
 )
-from lmprobe.store import Stages, cache_key, cached, cached_json, join
+from lmprobe.store import Array, Stages, cache_key, cached, cached_json, join, require_finite
 
 # --------------------------------------------------------------------------------------
 # Representation side (Sec. 3.2.2)
@@ -260,7 +260,8 @@ def represent(rep: Representation, config: Config, scale: float, split: str, on_
         zs.append(np.asarray(rep.fn(x), np.float32))
         ys.append(np.asarray(y))
         on_batch()
-    return np.concatenate(zs), np.concatenate(ys).astype(np.int32)
+    return require_finite(np.concatenate(zs), model=rep.name, stage="representations"), np.concatenate(ys).astype(
+        np.int32)
 
 
 def run(rep: Representation, config: Config, *, cache_dir: str | None = None,
@@ -282,7 +283,8 @@ def run(rep: Representation, config: Config, *, cache_dir: str | None = None,
         ticker, target = Ticker(progress, 2 * per_split * len(config.scales), f"{rep.name}: representations"), 0
         for scale in config.scales:
             for split in ("train", "test"):
-                reps, labels = _cached_split(rep, config, spec, scale, split, cache_dir, ticker.advance)
+                width = z["train"][0].shape[-1] if z["train"] else None  # the first split's: every split's
+                reps, labels = _cached_split(rep, config, spec, scale, split, cache_dir, ticker.advance, width)
                 target += per_split
                 ticker.advance_to(target)  # a split read from the cache moves the bar at once
                 check_representations(rep.name, reps, scale)
@@ -450,7 +452,8 @@ def baseline_metrics(rep: Representation, config: Config, spec, z, y, cache_dir,
         return compute()
     key = cache_key(split=_split_key(rep, config, spec, config.baseline_scale, "train"),
                     steps=config.baseline_steps, seed=config.seed, version=CACHE_VERSION)
-    return cached_json(join(cache_dir, f"baselines-{key}.json"), compute)
+    return cached_json(join(cache_dir, f"baselines-{key}.json"), compute,
+                       expect={"scale": float, "n": int, "steps": int, **loss_data.METRICS_SCHEMA})
 
 
 def _split_key(rep, config, spec, scale, split) -> str:
@@ -458,8 +461,8 @@ def _split_key(rep, config, spec, scale, split) -> str:
                      seed=config.seed, n=config.n, scale=scale, split=split, version=CACHE_VERSION)
 
 
-def _cached_split(rep, config, spec, scale, split, cache_dir, on_batch):
-    """(representations, labels) of one (scale, split), from the cache when a run saved them."""
+def _cached_split(rep, config, spec, scale, split, cache_dir, on_batch, width: int | None = None):
+    """(representations [n, width], labels) of one (scale, split), from the cache when a run saved them."""
     if cache_dir is None:
         return represent(rep, config, scale, split, on_batch)
     key = _split_key(rep, config, spec, scale, split)
@@ -475,8 +478,9 @@ def _cached_split(rep, config, spec, scale, split, cache_dir, on_batch):
         return np.concatenate([np.asarray(y) for _, y in gaussian.batches(
             spec, scale, seed=config.seed, split=split, n=config.n, batch_size=config.batch_size)])
 
-    reps = cached(join(cache_dir, f"{key}.npy"), compute)
-    return reps, cached(join(cache_dir, f"{key}-labels.npy"), labels).astype(np.int32)
+    reps = cached(join(cache_dir, f"{key}.npy"), compute, expect=Array((config.n, width)))
+    return reps, cached(join(cache_dir, f"{key}-labels.npy"), labels, expect=Array((config.n,), np.integer)).astype(
+        np.int32)
 
 
 def _check_budgets(name, z_train, y_train, config: Config) -> dict:

@@ -53,7 +53,7 @@ from lmprobe.data import synthetic
 from lmprobe.data.stopwords import STOP_WORDS
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import Ticker, model_key, no_progress
-from lmprobe.store import cache_key, cached_json, join
+from lmprobe.store import cache_key, cached_json, join, json_problem
 
 START_TOKENS = ("There", "I", "You", "She", "He", "It", "They", "The")  # App. A.2
 PUNCTUATION = (".", ",", "!", "?", ";", ":", '"', "'", "-", "...")
@@ -222,10 +222,19 @@ def generated_levels(scorer, lists, *, levels: Sequence[float], n: int, seed: in
             return [_encode(_generate_split(scorer, vocab(), allowed, size, s, p, max_tokens=max_tokens))
                     for size, s in ((n - n_test, train_seed), (n_test, test_seed))]
 
-        value = compute() if cache_dir is None else cached_json(join(cache_dir, f"generated-{key}.json"), compute)
+        value = compute() if cache_dir is None else cached_json(join(cache_dir, f"generated-{key}.json"), compute,
+                                                                expect=_splits_problem)
         out.append(tuple(_decode(t) for t in value))
         ticker.advance()
     return out
+
+
+_SPLIT_SCHEMA = {"p": float, "sentences": [str], "labels": [int], "allowed": {str: [str]}}  # of _encode
+
+
+def _splits_problem(value) -> str | None:
+    """Why a cache entry's JSON is not the (train, test) pair that ``compute`` gives; None when it is."""
+    return json_problem(value, [_SPLIT_SCHEMA]) or (None if len(value) == 2 else f"has {len(value)} splits, expected 2")
 
 
 def _encode(task: GeneratedTask) -> dict:

@@ -18,7 +18,7 @@ from lmprobe.engine.runner import run_here
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import Ticker, icl, loss_data, model_key, no_progress
 from lmprobe.methods.syntextbench import generated as syntextbench_generated
-from lmprobe.store import Stages, cache_key, cached, cached_json, join
+from lmprobe.store import Array, Stages, cache_key, cached, cached_json, join, require_finite
 
 # The paper does not print its a_T. 0.7 keeps levels whose linear accuracy is clearly above
 # chance and yields scores of the paper's order (0.1-0.2) for sentence encoders.
@@ -214,6 +214,7 @@ def run(scorer, config: Config, *, model_name: str, cache_dir: str | None = None
     with stages("scoring"):
         accuracy, margin, score, scores_by_a_t = level_scores(pairs, train, test, config,
                                                               program=scorer.runner.program)
+        require_finite([*accuracy, *margin, score, *scores_by_a_t.values()], model=model_name, stage="scoring")
     if on_score is not None:
         on_score(score, scores_by_a_t)
 
@@ -240,7 +241,7 @@ def _baselines(scorer, pairs, keys, train, test, config: Config, model_name: str
     x = np.concatenate([train[i], test[i]])
     y = np.concatenate([pairs[i][0].labels, pairs[i][1].labels]).astype(np.int32)
     key = cache_key(embeddings=keys[i], steps=config.baseline_steps, seed=config.seed, version=CACHE_VERSION)
-    return _maybe_cached_json(cache_dir, f"baselines-{key}", lambda: {
+    return _maybe_cached_json(cache_dir, f"baselines-{key}", {"p": float, **loss_data.METRICS_SCHEMA}, lambda: {
         "p": config.baseline_level, **loss_data.loss_data_metrics(loss_data.loss_data_curves(
             x, y, steps=config.baseline_steps, seed=config.seed, progress=progress,
             desc=f"{model_name}: loss-data baselines", program=scorer.runner.program))})
@@ -283,7 +284,7 @@ def default_pooling(scorer) -> str:
 def _embeddings(scorer, pairs, pooling: str, *, model_name: str, cache_dir, progress):
     """(cache keys, train, test embeddings) per level, each split cached under a key of the
     model's identity, the pooling and the sentences; one bar over EMBED_CHUNK-sentence calls."""
-    model = model_key(scorer)
+    model, width = model_key(scorer), scorer.config.hidden_size if cache_dir else None  # embed: [N, hidden size]
     splits = [(split, texts) for train_set, test_set in pairs
               for split, texts in (("train", train_set.sentences), ("test", test_set.sentences))]
     ticker, target = Ticker(progress, sum(_chunks(t) for _, t in splits), f"{model_name}: embedding"), 0
@@ -296,10 +297,10 @@ def _embeddings(scorer, pairs, pooling: str, *, model_name: str, cache_dir, prog
             for s in range(0, len(texts), EMBED_CHUNK):
                 parts.append(scorer.embed(texts[s:s + EMBED_CHUNK], pooling=pooling))
                 ticker.advance()
-            return np.concatenate(parts)
+            return require_finite(np.concatenate(parts), model=model_name, stage="embedding")
 
         keys.append(key)
-        out.append(_maybe_cached(cache_dir, f"{key}-{split}", compute))
+        out.append(_maybe_cached(cache_dir, f"{key}-{split}", Array((len(texts), width)), compute))
         target += _chunks(texts)
         ticker.advance_to(target)  # a split read from the cache moves the bar at once
     return [keys[i:i + 2] for i in range(0, len(keys), 2)], out[0::2], out[1::2]
@@ -309,12 +310,12 @@ def _chunks(texts) -> int:
     return -(-len(texts) // EMBED_CHUNK)
 
 
-def _maybe_cached(cache_dir, name, compute):
-    return compute() if cache_dir is None else cached(join(cache_dir, name + ".npy"), compute)
+def _maybe_cached(cache_dir, name, expect: Array, compute):
+    return compute() if cache_dir is None else cached(join(cache_dir, name + ".npy"), compute, expect=expect)
 
 
-def _maybe_cached_json(cache_dir, name, compute):
-    return compute() if cache_dir is None else cached_json(join(cache_dir, name + ".json"), compute)
+def _maybe_cached_json(cache_dir, name, expect, compute):
+    return compute() if cache_dir is None else cached_json(join(cache_dir, name + ".json"), compute, expect=expect)
 
 
 def _feasibility(lexicon, test_set) -> float:
@@ -336,5 +337,5 @@ def _icl(scorer, pairs, config: Config, model_name: str, cache_dir, progress) ->
         tasks.append((list(test_set.sentences[:k]), [int(v) for v in test_set.labels[:k]], demos))
     key = cache_key(model=model_name, scorer=model_key(scorer), tasks=tasks, instruction=icl.INSTRUCTION,
                     words=icl.LABEL_WORDS, version=CACHE_VERSION)
-    return _maybe_cached_json(cache_dir, f"icl-{key}", lambda: icl.icl_accuracies(
+    return _maybe_cached_json(cache_dir, f"icl-{key}", [float], lambda: icl.icl_accuracies(
         scorer, tasks, progress=progress, desc=f"{model_name}: in-context prompts"))
