@@ -150,8 +150,8 @@ def test_the_good_steps_are_scored_the_bad_ones_named_and_a_rerun_retries_them(i
     code, again, err = run_sweep(run, out, *extra)
     assert code == 2 and loads == [10, 20] and by_step(again)[10]["numbers"] == reference[10]
     assert [line for line in err if str(cached) in line] == [
-        f"warning: cache entry {cached} is unreadable (ValueError: not a sweep row of step 10): discarded, "
-        "recomputing"]
+        f"warning: cache entry {cached} lacks keys 'step', 'checkpoint', 'format', 'numbers', 'seconds': "
+        "discarded, recomputing"]
 
     # both steps whole again: every step scored, the two new ones alone loaded
     shutil.rmtree(run / "20")
