@@ -45,6 +45,7 @@ import numpy as np
 
 from lmprobe import log as _logging
 from lmprobe.errors import LmprobeError
+from lmprobe.umask import usual_mode
 
 log = _logging.get(__name__)
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
@@ -145,9 +146,7 @@ def _write_local(path: str, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the usual file mode
+        usual_mode(tmp)  # mkstemp creates 0600
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

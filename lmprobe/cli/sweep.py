@@ -58,7 +58,9 @@ class FrontEnd:
     watch: bool = False  # keep polling for new checkpoints (until --until_step or Ctrl-C)
     until_step: int | None = None  # stop once a step at or past this is done; steps past it are not scored
     poll_s: float = 30.0  # seconds between looks for new checkpoints (--watch)
-    model_fn: str | None = None  # MODULE:FUNCTION, FUNCTION(params) -> CallableLM or nnx.Module: your own model
+    # MODULE:FUNCTION, FUNCTION(params) -> CallableLM or nnx.Module: your own model; runs that code (imports
+    # MODULE from the current directory or PYTHONPATH, calls FUNCTION): name only code you trust
+    model_fn: str | None = None
     tokenizer: str | None = None  # with --model_fn: the tokenizer, a model name or a directory
     params_key: str | None = None  # with --model_fn: the parameters' path in the saved tree (default: params, or all)
 

@@ -67,7 +67,8 @@ def _dims(text: str) -> list[int]:
 
 @dataclasses.dataclass(frozen=True)
 class FrontEnd:
-    # identity, random_projection, package.module:function, a ViT checkpoint or a language model
+    # identity, random_projection, package.module:function (imported and called: runs that code, name only code
+    # you trust), a ViT checkpoint or a language model
     model: str = DEFAULT_MODEL
     input_shape: tuple[int, ...] | None = None  # input of identity / random_projection / functions: 3,224,224 or 8x576
     channel_axis: int | None = None  # channel axis of the band covariance (functions)
