@@ -195,8 +195,8 @@ def plot(rows: list[dict], run_dir: str, drawn: list[dict] | None = None) -> Non
         return
     for name, points in series.items():
         steps, values, low, high = (list(c) for c in zip(*points, strict=True))
-        plots.against_step(steps, values, join(run_dir, f"step-{name}.png"), name=name, low=low, high=high,
-                           lower_is_better=name in stages_lib.LOWER_IS_BETTER)
+        plots.draw(plots.against_step, steps, values, join(run_dir, f"step-{name}.png"), name=name, low=low,
+                   high=high, lower_is_better=name in stages_lib.LOWER_IS_BETTER)
 
 
 def _earlier_rows(path: str) -> list[dict] | None:

@@ -216,6 +216,6 @@ def main(argv=None):
         result = synbench.run(rep, config, cache_dir=join(out, "cache"), progress=progress).to_json()
         result["argmax_eps"] = {str(a): robust_probe.suggest_epsilon(result["scores"], a) for a in config.a_t}
         run.write(join(where, "results.json"), result)
-        plots.synbench_bound_threshold(result, join(where, "bound_threshold.png"))
         say(summary(result))
+        plots.draw(plots.synbench_bound_threshold, result, join(where, "bound_threshold.png"))
         say(f"\nresults in {where}")

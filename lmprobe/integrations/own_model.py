@@ -10,10 +10,10 @@ in Python.
 ``MODULE`` is imported from the current directory (put on sys.path for that import only) or
 PYTHONPATH: importing it and calling ``FUNCTION`` run that code, as ``python -c`` would; name only code
 you trust. A step's parameters are the saved tree's ``params`` (a Flax TrainState) when it has one,
-else the whole tree, or ``params_key`` ('opt/params'); each array is read by orbax straight onto its sharding on lmprobe's mesh (fully
-sharded over 'data' along its largest axis that divides, else replicated): nothing is gathered on
-one host. Every step of a directory must hold the same tree (one model): ``discover`` checks the
-shapes from orbax's metadata before any weight is read.
+else the whole tree, or ``params_key`` ('opt/params'); each array is read by orbax straight onto its
+sharding on lmprobe's mesh (fully sharded over 'data' along its largest axis that divides, else
+replicated): nothing is gathered on one host. Every step of a directory must hold the same tree (one
+model): ``discover`` checks the shapes from orbax's metadata before any weight is read.
 """
 
 from __future__ import annotations
