@@ -15,8 +15,10 @@ import dataclasses
 import functools
 import gc
 import logging
+import os
 import shlex
 import signal
+import socket
 import sys
 import threading
 import time
@@ -72,6 +74,9 @@ class Compile:
 
 
 COMPILE = "compile before you rent (lmprobe.engine.aot)"
+# --batch_size's bound: sequences per device per batch; a batch larger than its work costs no more (the engine
+# sizes batches by the work), but a real workload this many rows wide fits no device
+MAX_BATCH_SIZE = 1 << 16
 COMPILE_FRONT_ENDS = ("plan", "syntextbench", "byod", "synbench", "mstemp", "scope")  # the front ends with --target
 
 
@@ -212,7 +217,8 @@ def parser(doc: str, name: str | None = None) -> flags.Parser:
     p.trailing = (SHARED,)
     flags.add(p, Shared, group=SHARED, choices={"dtype": runtime.DTYPES, "sharding": ("fsdp", "tp"),
                                                 "verbosity": tuple(_logging.LEVELS)},
-              convert={"batch_size": flags.bounded(1), "model_parallel": flags.bounded(1), "seed": flags.bounded(0)})
+              convert={"batch_size": flags.bounded(1, MAX_BATCH_SIZE), "model_parallel": flags.bounded(1),
+                       "seed": flags.bounded(0)})
     return p
 
 
@@ -392,7 +398,7 @@ def main_guard(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        previous = _stop_on_sigterm()
+        restore = _stop_on_signals()
         try:
             return fn(*args, **kwargs)
         except LmprobeError as e:
@@ -402,8 +408,7 @@ def main_guard(fn):
             print(interrupted_line(), file=sys.stderr)
             sys.exit(128 + getattr(e, "signum", signal.SIGINT))
         finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+            restore()
 
     return wrapper
 
@@ -420,11 +425,81 @@ def _raise_terminated(signum, _frame):
     raise Terminated(signum)
 
 
-def _stop_on_sigterm():
-    """Turn SIGTERM into ``Terminated`` (main thread only); the previous handler, to restore."""
+STOP_GRACE_S = 20.0  # seconds from a stop signal to the exit, at the latest (a pod's grace: 30 s, then SIGKILL)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _stop_on_signals():
+    """Turn SIGTERM into ``Terminated`` and arm ``StopWatchdog`` (main thread only); a function that puts
+    back what was there before."""
     if threading.current_thread() is not threading.main_thread():
-        return None
-    return signal.signal(signal.SIGTERM, _raise_terminated)
+        return lambda: None
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    watchdog = StopWatchdog.arm()
+
+    def restore():
+        watchdog.stop()
+        signal.signal(signal.SIGTERM, previous)
+
+    return restore
+
+
+class StopWatchdog(threading.Thread):
+    """Ends the process ``STOP_GRACE_S`` seconds after a stop signal, if it has not ended by itself.
+
+    Python runs a signal's handler in the main thread between bytecodes: while that thread waits in one
+    long XLA call (a compilation, a step's execution, a readback), ``Terminated`` and Ctrl-C's
+    KeyboardInterrupt wait with it (a run ended 82 s after SIGTERM). The C-level handler does write the
+    signal's number to the wakeup fd at once (``signal.set_wakeup_fd``): this thread reads it, waits the
+    grace period for the main thread to end the run as usual, and otherwise prints what is saved and
+    exits with 128 + signal (``os._exit``: the XLA call is not waited for). What is saved stays saved:
+    every stage's results and caches are written atomically when the stage ends, so this exit loses
+    what a kill -9 at that moment would, the unfinished stage's work, and the same command resumes.
+    """
+
+    def __init__(self, reader: socket.socket, writer: socket.socket, previous_fd: int):
+        super().__init__(name="lmprobe-stop-watchdog", daemon=True)
+        self.reader, self.writer, self.previous_fd = reader, writer, previous_fd
+        self.signalled = threading.Event()
+
+    @classmethod
+    def arm(cls) -> StopWatchdog:
+        """A started watchdog, the wakeup fd its socket (main thread only)."""
+        reader, writer = socket.socketpair()
+        writer.setblocking(False)  # set_wakeup_fd's requirement
+        watchdog = cls(reader, writer, signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False))
+        watchdog.start()
+        return watchdog
+
+    def run(self) -> None:
+        try:
+            while data := self.reader.recv(64):  # empty: stopped, the guarded function returned
+                signum = next((s for s in data if s in STOP_SIGNALS), None)
+                if signum is not None:
+                    self.signalled.set()
+                    time.sleep(STOP_GRACE_S)  # as a rule the main thread ends the run meanwhile (this thread too)
+                    self.exit(signum)
+        except OSError:
+            return
+        finally:
+            self.reader.close()
+
+    @staticmethod
+    def exit(signum: int) -> None:
+        print(f"{signal.Signals(signum).name}: the running computation did not return within {STOP_GRACE_S:.0f} s; "
+              f"exiting without it\n{interrupted_line()}", file=sys.stderr)
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(128 + signum)
+
+    def stop(self) -> None:
+        """Disarm, unless a stop signal came: then the process is ending, and the watchdog sees that it does."""
+        if self.signalled.is_set():
+            return
+        with contextlib.suppress(ValueError):
+            signal.set_wakeup_fd(self.previous_fd)
+        self.writer.close()
 
 
 def interrupted_line() -> str:

@@ -90,7 +90,7 @@ def build_parser():
                                         "input_scales": flags.bounded(0, base=float, strict=True)},
                  choices={"inputs": synbench.INPUTS})
     method = common.method(p, synbench.Config, aliases={"epsilons": "--eps"}, names={"batch_size": "sample_batch_size"},
-                        convert={"scales": _scale, "norm": _norm, "batch_size": flags.bounded(1)},
+                        convert={"scales": _scale, "norm": _norm, "batch_size": flags.bounded(1, synbench.MAX_N)},
                         choices={"covariance": gaussian.COVARIANCES, "probe_attack": robust_probe.ATTACKS})
     p.group(common.method_group(synbench.Config)).add_argument(
         "--absolute_eps", dest="relative_epsilon", action="store_false", help="same as --no_relative_epsilon")

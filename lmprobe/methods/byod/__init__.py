@@ -305,10 +305,18 @@ def run(scorer, corpus, config: Config, *, model_name: str, benign=None, profani
             path = join(cache_dir, f"{name}-{key}.json")
         with stages(name, f"{model_name}: {name}"):
             try:
-                metrics[name] = _cached(path, functools.partial(metric.compute, inputs, limit))
+                metrics[name] = _cached(path, functools.partial(_counting_cuts, metric, inputs, limit))
             except LmprobeError as e:
                 errors[name] = str(e)
     return Result(model_name, metrics, errors, stages.seconds, stages.cached)
+
+
+def _counting_cuts(metric: Metric, inputs: Inputs, limit: int | None) -> MetricResult:
+    """``metric`` computed, with ``truncated_inputs``: the inputs it cut to the model's context (Scorer.cuts)."""
+    before = getattr(inputs.scorer, "truncated", 0)
+    result = metric.compute(inputs, limit)
+    result.extra["truncated_inputs"] = getattr(inputs.scorer, "truncated", 0) - before
+    return result
 
 
 def _require(value, message: str):
