@@ -2,7 +2,7 @@
 
 ``os.umask`` can only read the mask by setting another: while it is 0, a file another thread creates
 is world-writable. Linux shows the mask in /proc/self/status ('Umask:'); elsewhere a probe file, created
-with mode 0o666 in a fresh temporary folder, shows which bits the mask takes away.
+with mode 0o777 in a fresh temporary folder, shows which bits the mask takes away.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ def umask() -> int:
     folder = tempfile.mkdtemp(prefix=".lmprobe-umask-")
     try:
         probe = os.path.join(folder, "probe")
-        os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
-        return 0o666 & ~os.stat(probe).st_mode & 0o777
+        os.close(os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o777))
+        return 0o777 & ~os.stat(probe).st_mode
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
