@@ -169,8 +169,8 @@ def main(argv=None):
             log.warning(line)
     say("\n== BYOD (score ± stderr (n); word order: median)")
     say(summary(results["models"], config.metrics))
-    if draw(radar, results["models"], join(out, "radar.png"), title=f"BYOD sensitivity scores on {corpus.name}") \
-            is False:
+    drawn = draw(radar, results["models"], join(out, "radar.png"), title=f"BYOD sensitivity scores on {corpus.name}")
+    if drawn is False:  # None: drawing failed, and draw said so
         log.warning("no radar drawn: no model has a score on any of its axes (toxicity, negation, long_range, "
                     "word_order, tokenization)")
     if not any(m.get("score") is not None for r in results["models"].values() for m in r.values()):

@@ -312,7 +312,7 @@ def run(scorer, corpus, config: Config, *, model_name: str, benign=None, profani
 
 
 def _counting_cuts(metric: Metric, inputs: Inputs, limit: int | None) -> MetricResult:
-    """``metric`` computed, with ``truncated_inputs``: the inputs it cut to the model's context (Scorer.cuts)."""
+    """``metric`` computed, with ``truncated_inputs``: the inputs it cut to the model's context (Scorer.truncated)."""
     before = getattr(inputs.scorer, "truncated", 0)
     result = metric.compute(inputs, limit)
     result.extra["truncated_inputs"] = getattr(inputs.scorer, "truncated", 0) - before
