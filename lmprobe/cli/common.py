@@ -394,7 +394,8 @@ class Run:
 
 def main_guard(fn):
     """Run ``fn``; an LmprobeError prints as one line on stderr and exits with status 2; Ctrl-C
-    (SIGINT) or SIGTERM (a pod's preemption) as one line saying what is saved, with status 128 + signal."""
+    (SIGINT) or SIGTERM (a pod's preemption) as one line saying what is saved, with status 128 + signal,
+    within STOP_GRACE_S seconds of the signal (``StopWatchdog``)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -406,92 +407,99 @@ def main_guard(fn):
             sys.exit(2)
         except KeyboardInterrupt as e:
             print(interrupted_line(), file=sys.stderr)
-            sys.exit(128 + getattr(e, "signum", signal.SIGINT))
+            if isinstance(e, Stopped):  # a signal: the interpreter's exit would wait for XLA's running programs
+                _exit_now(128 + e.signum)
+            sys.exit(128 + signal.SIGINT)
         finally:
             restore()
 
     return wrapper
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the program is, so that it ends as Ctrl-C does."""
+class Stopped(KeyboardInterrupt):
+    """A stop signal (SIGTERM, SIGINT), raised where the program is, so that it ends as Ctrl-C does."""
 
     def __init__(self, signum: int):
         super().__init__(signum)
         self.signum = signum
 
 
-def _raise_terminated(signum, _frame):
-    raise Terminated(signum)
+def _raise_stopped(signum, _frame):
+    raise Stopped(signum)
 
 
 STOP_GRACE_S = 20.0  # seconds from a stop signal to the exit, at the latest (a pod's grace: 30 s, then SIGKILL)
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 def _stop_on_signals():
-    """Turn SIGTERM into ``Terminated`` and arm ``StopWatchdog`` (main thread only); a function that puts
-    back what was there before."""
+    """Turn SIGTERM, and SIGINT unless it is ignored or handled by the program, into ``Stopped``, and arm
+    ``StopWatchdog`` (main thread only); a function that puts back what was there before."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
-    watchdog = StopWatchdog.arm()
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _raise_stopped)}
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, _raise_stopped)
+    watchdog = StopWatchdog.arm(tuple(previous))
 
     def restore():
         watchdog.stop()
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
     return restore
 
 
+def _exit_now(status: int) -> None:
+    """Exit with ``status`` at once, the output flushed: no interpreter shutdown, which waits for the
+    programs XLA is running (a run took 82 s to end after SIGTERM). What is saved stays saved: every stage's
+    results and caches are written atomically when it ends; the unfinished stage's work is lost, as a
+    kill -9 would lose it, and the same command resumes."""
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(status)
+
+
 class StopWatchdog(threading.Thread):
-    """Ends the process ``STOP_GRACE_S`` seconds after a stop signal, if it has not ended by itself.
+    """Ends the process ``STOP_GRACE_S`` seconds after a stop signal, if the main thread has not by then.
 
     Python runs a signal's handler in the main thread between bytecodes: while that thread waits in one
-    long XLA call (a compilation, a step's execution, a readback), ``Terminated`` and Ctrl-C's
-    KeyboardInterrupt wait with it (a run ended 82 s after SIGTERM). The C-level handler does write the
-    signal's number to the wakeup fd at once (``signal.set_wakeup_fd``): this thread reads it, waits the
-    grace period for the main thread to end the run as usual, and otherwise prints what is saved and
-    exits with 128 + signal (``os._exit``: the XLA call is not waited for). What is saved stays saved:
-    every stage's results and caches are written atomically when the stage ends, so this exit loses
-    what a kill -9 at that moment would, the unfinished stage's work, and the same command resumes.
+    long XLA call (a compilation, a program's execution, a readback), ``Stopped`` waits with it. The
+    C-level handler does write the signal's number to the wakeup fd at once (``signal.set_wakeup_fd``):
+    this thread reads it, gives the main thread the grace period to stop as usual, and otherwise prints
+    what is saved and exits (``_exit_now``: the XLA call is not waited for).
     """
 
-    def __init__(self, reader: socket.socket, writer: socket.socket, previous_fd: int):
+    def __init__(self, signals: tuple, reader: socket.socket, writer: socket.socket):
         super().__init__(name="lmprobe-stop-watchdog", daemon=True)
-        self.reader, self.writer, self.previous_fd = reader, writer, previous_fd
+        self.signals, self.reader, self.writer = signals, reader, writer
+        self.previous_fd = -1
         self.signalled = threading.Event()
 
     @classmethod
-    def arm(cls) -> StopWatchdog:
-        """A started watchdog, the wakeup fd its socket (main thread only)."""
+    def arm(cls, signals: tuple) -> StopWatchdog:
+        """A started watchdog of ``signals``, the wakeup fd its socket (main thread only)."""
         reader, writer = socket.socketpair()
         writer.setblocking(False)  # set_wakeup_fd's requirement
-        watchdog = cls(reader, writer, signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False))
+        watchdog = cls(signals, reader, writer)
+        watchdog.previous_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
         watchdog.start()
         return watchdog
 
     def run(self) -> None:
         try:
-            while data := self.reader.recv(64):  # empty: stopped, the guarded function returned
-                signum = next((s for s in data if s in STOP_SIGNALS), None)
+            while data := self.reader.recv(64):  # empty: disarmed, the guarded function returned
+                signum = next((s for s in data if s in self.signals), None)
                 if signum is not None:
                     self.signalled.set()
-                    time.sleep(STOP_GRACE_S)  # as a rule the main thread ends the run meanwhile (this thread too)
-                    self.exit(signum)
+                    time.sleep(STOP_GRACE_S)  # as a rule the main thread has ended the process by then
+                    print(f"{signal.Signals(signum).name}: the running computation did not return within "
+                          f"{STOP_GRACE_S:.0f} s; exiting without it\n{interrupted_line()}", file=sys.stderr)
+                    _exit_now(128 + signum)
         except OSError:
             return
         finally:
             self.reader.close()
-
-    @staticmethod
-    def exit(signum: int) -> None:
-        print(f"{signal.Signals(signum).name}: the running computation did not return within {STOP_GRACE_S:.0f} s; "
-              f"exiting without it\n{interrupted_line()}", file=sys.stderr)
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(128 + signum)
 
     def stop(self) -> None:
         """Disarm, unless a stop signal came: then the process is ending, and the watchdog sees that it does."""

@@ -3,7 +3,7 @@ GGUF whose sizes make no model is one line naming the file and the field; a trai
 or written names itself and the fix; a figure that fails to write leaves the summary printed; a text longer
 than the context is cut, counted and reported before the work; a batch wider than the work compiles no wider
 program; absurd sizes are refused before any model loads; a stop signal ends a run blocked in XLA within 30 s,
-its finished stages kept; code named on the command line is imported with the current directory on sys.path
+its finished stages kept, and does not wait for the programs XLA still runs; code named on the command line is imported with the current directory on sys.path
 for that import only; the umask is never changed; a wheel member whose bytes are not its RECORD's is refused.
 """
 
@@ -295,6 +295,47 @@ def test_a_stop_signal_ends_a_run_blocked_in_xla_within_30_s_and_the_finished_st
     assert done.returncode == 0, done.stderr
     result = json.loads((out / "results.json").read_text())
     assert result["cached_stages"]["representations"]["hits"] == 4
+
+
+CHURNING = """
+import sys, time
+import jax, jax.numpy as jnp
+from lmprobe.cli import common
+
+@jax.jit
+def churn(a):  # hours of matrix products on XLA's thread pool
+    return jax.lax.fori_loop(0, 1_000_000, lambda i, m: jnp.tanh(m @ m), a)
+
+@common.main_guard
+def main():
+    common.output_dir(sys.argv[1])
+    churn(jnp.ones((1024, 1024), jnp.float32) / 1024)  # dispatched: XLA runs it while Python goes on
+    print("dispatched", flush=True)
+    time.sleep(600)
+
+main()
+"""
+
+
+def test_a_stop_signal_does_not_wait_for_the_programs_xla_is_still_running(tmp_path):
+    """The main thread takes the signal at once, but the interpreter's exit joined XLA's thread pool, running
+    the dispatched program to its end (a BYOD run exited 300 s after SIGTERM)."""
+    child = subprocess.Popen([sys.executable, "-c", CHURNING, str(tmp_path / "run")], cwd=REPO,
+                             env={**os.environ, "PYTHONPATH": REPO, "JAX_PLATFORMS": "cpu"}, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "dispatched\n"
+        time.sleep(2)
+        sent = time.monotonic()
+        child.send_signal(signal.SIGTERM)
+        _, err = child.communicate(timeout=60)
+        took = time.monotonic() - sent
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 128 + signal.SIGTERM and took < 10, (child.returncode, took, err)
+    assert err.strip().splitlines() == [f"interrupted: the finished stages are saved under {tmp_path / 'run'} "
+                                        "(results, cache); the same command resumes from them"], err
 
 
 # ------------------------------------------------------------------ item 7: code execution is explicit
