@@ -56,8 +56,9 @@ class TrainState:
                 self.manager.wait_until_finished()
         except Exception as e:  # noqa: BLE001 - orbax raises whatever its writers do (tensorstore, OS)
             kept = self.latest()
+            why = "the disk is full" if "No space left on device" in str(e) else _first_line(e)
             raise LmprobeError(
-                f"the train state of step {step} could not be saved in {self.directory} ({_first_line(e)}; "
+                f"the train state of step {step} could not be saved in {self.directory} ({why}; "
                 f"{_free(self.directory)} free there): free disk space and rerun: the run resumes from "
                 + (f"the state of step {kept}" if kept else "step 0")) from None
 
