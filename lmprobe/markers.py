@@ -12,6 +12,8 @@ import os
 import tempfile
 from collections.abc import Iterable
 
+from lmprobe.umask import usual_mode
+
 MARKER = "installed.json"
 INSTALL = "lmprobe assets --install {alias}"
 
@@ -40,9 +42,7 @@ def write(directory: str, record: dict) -> None:
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{MARKER}.", suffix=".partial")
     try:
         with open(fd, "w", encoding="utf-8") as f:
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)  # as open() would (mkstemp: 0600)
+            usual_mode(tmp)
             json.dump(record, f, indent=2)
         os.replace(tmp, os.path.join(directory, MARKER))
     finally:

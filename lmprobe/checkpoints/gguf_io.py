@@ -31,6 +31,7 @@ import numpy as np
 
 from lmprobe.checkpoints.base import IndexedSource
 from lmprobe.errors import CheckpointError
+from lmprobe.models.sizes import check_sizes
 
 TOKEN_IDS = {
     "bos_token_id": "tokenizer.ggml.bos_token_id",
@@ -39,6 +40,9 @@ TOKEN_IDS = {
     "unk_token_id": "tokenizer.ggml.unknown_token_id",
 }
 HOW_TO_FALL_BACK = "use the model's Hugging Face directory (config.json + safetensors)"
+GGUF_SIZES = {"layers": "block_count", "heads": "attention.head_count", "kv_heads": "attention.head_count_kv",
+              "width": "embedding_length", "head_dim": "attention.key_length", "mlp": "feed_forward_length",
+              "context": "context_length"}  # lmprobe.models.sizes' names -> the metadata keys under {arch}.
 
 
 def _clean_float(x: float) -> float:
@@ -83,6 +87,11 @@ class Meta:
             raise CheckpointError(f"GGUF file '{self.path}' has no tensor '{tensor}': the file is "
                                   f"incomplete; re-download or re-convert it")
         return self.shapes[tensor][0]
+
+    def sizes(self) -> dict:
+        """The sizes the metadata gives ({size: (key, value)}, lmprobe.models.sizes' names)."""
+        values = {size: (f"{self.arch}.{key}", self.optional(key)) for size, key in GGUF_SIZES.items()}
+        return {size: field for size, field in values.items() if field[1] is not None}
 
     def token_ids(self) -> dict:
         return {hf: int(self.fields[key]) for hf, key in TOKEN_IDS.items() if key in self.fields}
@@ -467,5 +476,6 @@ def open_gguf(path: str) -> tuple[dict, GGUFSource]:
     fields, tensors = read_header(path)
     meta = Meta(fields, tensors, path)
     arch = arch_for(meta)
+    check_sizes(meta.sizes(), path, fix=f"re-convert the file, or {HOW_TO_FALL_BACK}")
     config = arch.config(meta)
     return config, GGUFSource(tensors, path, config, arch)

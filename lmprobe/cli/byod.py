@@ -36,6 +36,7 @@ from lmprobe.data.corpus import load_corpus
 from lmprobe.data.profanity import load_profanity
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import byod
+from lmprobe.report.plots import draw
 from lmprobe.report.radar import radar
 from lmprobe.store import join, write_jsonl
 from lmprobe.text import estimate, number, plural
@@ -166,11 +167,12 @@ def main(argv=None):
         write_jsonl(join(out, "samples.jsonl"), samples)
         for line in _skips(name, results["models"][name]):
             log.warning(line)
-    if not radar(results["models"], join(out, "radar.png"), title=f"BYOD sensitivity scores on {corpus.name}"):
-        log.warning("no radar drawn: no model has a score on any of its axes (toxicity, negation, long_range, "
-                    "word_order, tokenization)")
     say("\n== BYOD (score ± stderr (n); word order: median)")
     say(summary(results["models"], config.metrics))
+    drawn = draw(radar, results["models"], join(out, "radar.png"), title=f"BYOD sensitivity scores on {corpus.name}")
+    if drawn is False:  # None: drawing failed, and draw said so
+        log.warning("no radar drawn: no model has a score on any of its axes (toxicity, negation, long_range, "
+                    "word_order, tokenization)")
     if not any(m.get("score") is not None for r in results["models"].values() for m in r.values()):
         raise LmprobeError(f"no metric has a score for any model (the warnings above say why); results in {out}")
     say(f"\nresults in {out}")

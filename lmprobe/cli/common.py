@@ -15,8 +15,10 @@ import dataclasses
 import functools
 import gc
 import logging
+import os
 import shlex
 import signal
+import socket
 import sys
 import threading
 import time
@@ -73,6 +75,9 @@ class Compile:
 
 
 COMPILE = "compile before you rent (lmprobe.engine.aot)"
+# --batch_size's bound: sequences per device per batch; a batch larger than its work costs no more (the engine
+# sizes batches by the work), but a real workload this many rows wide fits no device
+MAX_BATCH_SIZE = 1 << 16
 COMPILE_FRONT_ENDS = ("plan", "syntextbench", "byod", "synbench", "mstemp", "scope")  # the front ends with --target
 
 
@@ -213,7 +218,8 @@ def parser(doc: str, name: str | None = None) -> flags.Parser:
     p.trailing = (SHARED,)
     flags.add(p, Shared, group=SHARED, choices={"dtype": runtime.DTYPES, "sharding": ("fsdp", "tp"),
                                                 "verbosity": tuple(_logging.LEVELS)},
-              convert={"batch_size": flags.bounded(1), "model_parallel": flags.bounded(1), "seed": flags.bounded(0)})
+              convert={"batch_size": flags.bounded(1, MAX_BATCH_SIZE), "model_parallel": flags.bounded(1),
+                       "seed": flags.bounded(0)})
     return p
 
 
@@ -394,11 +400,12 @@ class Run:
 
 def main_guard(fn):
     """Run ``fn``; an LmprobeError prints as one line on stderr and exits with status 2; Ctrl-C
-    (SIGINT) or SIGTERM (a pod's preemption) as one line saying what is saved, with status 128 + signal."""
+    (SIGINT) or SIGTERM (a pod's preemption) as one line saying what is saved, with status 128 + signal,
+    within STOP_GRACE_S seconds of the signal (``StopWatchdog``)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        previous = _stop_on_sigterm()
+        restore = _stop_on_signals()
         try:
             return fn(*args, **kwargs)
         except LmprobeError as e:
@@ -406,32 +413,109 @@ def main_guard(fn):
             sys.exit(2)
         except KeyboardInterrupt as e:
             print(interrupted_line(), file=sys.stderr)
-            sys.exit(128 + getattr(e, "signum", signal.SIGINT))
+            if isinstance(e, Stopped):  # a signal: the interpreter's exit would wait for XLA's running programs
+                _exit_now(128 + e.signum)
+            sys.exit(128 + signal.SIGINT)
         finally:
             lock.release_all()
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
+            restore()
 
     return wrapper
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the program is, so that it ends as Ctrl-C does."""
+class Stopped(KeyboardInterrupt):
+    """A stop signal (SIGTERM, SIGINT), raised where the program is, so that it ends as Ctrl-C does."""
 
     def __init__(self, signum: int):
         super().__init__(signum)
         self.signum = signum
 
 
-def _raise_terminated(signum, _frame):
-    raise Terminated(signum)
+def _raise_stopped(signum, _frame):
+    raise Stopped(signum)
 
 
-def _stop_on_sigterm():
-    """Turn SIGTERM into ``Terminated`` (main thread only); the previous handler, to restore."""
+STOP_GRACE_S = 20.0  # seconds from a stop signal to the exit, at the latest (a pod's grace: 30 s, then SIGKILL)
+
+
+def _stop_on_signals():
+    """Turn SIGTERM, and SIGINT unless it is ignored or handled by the program, into ``Stopped``, and arm
+    ``StopWatchdog`` (main thread only); a function that puts back what was there before."""
     if threading.current_thread() is not threading.main_thread():
-        return None
-    return signal.signal(signal.SIGTERM, _raise_terminated)
+        return lambda: None
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _raise_stopped)}
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, _raise_stopped)
+    watchdog = StopWatchdog.arm(tuple(previous))
+
+    def restore():
+        watchdog.stop()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+    return restore
+
+
+def _exit_now(status: int) -> None:
+    """Exit with ``status`` at once, the output flushed: no interpreter shutdown, which waits for the
+    programs XLA is running (a run took 82 s to end after SIGTERM). What is saved stays saved: every stage's
+    results and caches are written atomically when it ends; the unfinished stage's work is lost, as a
+    kill -9 would lose it, and the same command resumes. The output directory's lock is released first."""
+    with contextlib.suppress(Exception):
+        lock.release_all()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(status)
+
+
+class StopWatchdog(threading.Thread):
+    """Ends the process ``STOP_GRACE_S`` seconds after a stop signal, if the main thread has not by then.
+
+    Python runs a signal's handler in the main thread between bytecodes: while that thread waits in one
+    long XLA call (a compilation, a program's execution, a readback), ``Stopped`` waits with it. The
+    C-level handler does write the signal's number to the wakeup fd at once (``signal.set_wakeup_fd``):
+    this thread reads it, gives the main thread the grace period to stop as usual, and otherwise prints
+    what is saved and exits (``_exit_now``: the XLA call is not waited for).
+    """
+
+    def __init__(self, signals: tuple, reader: socket.socket, writer: socket.socket):
+        super().__init__(name="lmprobe-stop-watchdog", daemon=True)
+        self.signals, self.reader, self.writer = signals, reader, writer
+        self.previous_fd = -1
+        self.signalled = threading.Event()
+
+    @classmethod
+    def arm(cls, signals: tuple) -> StopWatchdog:
+        """A started watchdog of ``signals``, the wakeup fd its socket (main thread only)."""
+        reader, writer = socket.socketpair()
+        writer.setblocking(False)  # set_wakeup_fd's requirement
+        watchdog = cls(signals, reader, writer)
+        watchdog.previous_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        watchdog.start()
+        return watchdog
+
+    def run(self) -> None:
+        try:
+            while data := self.reader.recv(64):  # empty: disarmed, the guarded function returned
+                signum = next((s for s in data if s in self.signals), None)
+                if signum is not None:
+                    self.signalled.set()
+                    time.sleep(STOP_GRACE_S)  # as a rule the main thread has ended the process by then
+                    print(f"{signal.Signals(signum).name}: the running computation did not return within "
+                          f"{STOP_GRACE_S:.0f} s; exiting without it\n{interrupted_line()}", file=sys.stderr)
+                    _exit_now(128 + signum)
+        except OSError:
+            return
+        finally:
+            self.reader.close()
+
+    def stop(self) -> None:
+        """Disarm, unless a stop signal came: then the process is ending, and the watchdog sees that it does."""
+        if self.signalled.is_set():
+            return
+        with contextlib.suppress(ValueError):
+            signal.set_wakeup_fd(self.previous_fd)
+        self.writer.close()
 
 
 def interrupted_line() -> str:

@@ -174,7 +174,9 @@ class Parser(argparse.ArgumentParser):
         self.usage = f"{self.prog} [--flag=value ...]"
         self.add_argument("--config", metavar="FILE", default=None,
                           help="YAML or JSON file of flag values (names as the flags, lists as lists); "
-                               "flags given on the command line override it")
+                               "flags given on the command line override it; a flag it sets that names code "
+                               "to import and call (--model_fn, SynBench's --model=MODULE:FUNCTION) runs that "
+                               "code, as on the command line: use only files you trust")
         self._groups: dict[str, argparse._ArgumentGroup] = {}
         self.trailing: tuple[str, ...] = ()  # group titles --help lists last
         self.settings: dict[str, str] = {}  # a dataclass field -> its flag's name (flags.add), for as_flags

@@ -58,6 +58,7 @@ from lmprobe.methods.scope import capabilities, metrics, training
 from lmprobe.methods.scope import run as scope_run
 from lmprobe.models import CAUSAL_LM
 from lmprobe.report import scope_plots
+from lmprobe.report.plots import draw
 from lmprobe.store import join, write_jsonl
 from lmprobe.text import estimate, number, plural
 
@@ -205,11 +206,11 @@ def main(argv=None):
              f"labels {list(test.label_names)}")
     result, samples = _scope(args, config, train_flags.make(args), train, test,
                              lambda name: run.loaded(name, common.load_scorer(args, name)), join(out, "cache"))
-    if args.matrix:
-        for m in ("hard_scope", "soft_scope", "ood_agreement"):
-            scope_plots.matrix_heatmap(result["matrix"], m, join(out, f"matrix_{m}.png"))
     run.write(join(out, "results.json"), result)
     write_jsonl(join(out, "samples.jsonl"), samples)
-    scope_plots.metric_bars(result, join(out, "metrics.png"))
     say(_summary(result))
+    draw(scope_plots.metric_bars, result, join(out, "metrics.png"))
+    if args.matrix:
+        for m in ("hard_scope", "soft_scope", "ood_agreement"):
+            draw(scope_plots.matrix_heatmap, result["matrix"], m, join(out, f"matrix_{m}.png"))
     say(f"\nresults in {out}")

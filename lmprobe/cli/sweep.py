@@ -69,7 +69,9 @@ class FrontEnd:
     until_step: int | None = None  # stop once a step at or past this is done; steps past it are not scored
     poll_s: float = 30.0  # seconds between looks for new checkpoints (--watch)
     watch_s: float | None = None  # stop watching after this many seconds (none: at --until_step, or Ctrl-C)
-    model_fn: str | None = None  # MODULE:FUNCTION, FUNCTION(params) -> CallableLM or nnx.Module: your own model
+    # MODULE:FUNCTION, FUNCTION(params) -> CallableLM or nnx.Module: your own model; runs that code (imports
+    # MODULE from the current directory or PYTHONPATH, calls FUNCTION): name only code you trust
+    model_fn: str | None = None
     tokenizer: str | None = None  # with --model_fn: the tokenizer, a model name or a directory
     params_key: str | None = None  # with --model_fn: the parameters' path in the saved tree (default: params, or all)
 
@@ -315,8 +317,8 @@ def plot(rows: list[dict], run_dir: str, drawn: list[dict] | None = None) -> Non
         return
     for name, points in series.items():
         steps, values, low, high = (list(c) for c in zip(*points, strict=True))
-        plots.against_step(steps, values, join(run_dir, f"step-{name}.png"), name=name, low=low, high=high,
-                           lower_is_better=name in stages_lib.LOWER_IS_BETTER)
+        plots.draw(plots.against_step, steps, values, join(run_dir, f"step-{name}.png"), name=name, low=low,
+                   high=high, lower_is_better=name in stages_lib.LOWER_IS_BETTER)
 
 
 def _earlier_rows(path: str) -> list[dict] | None:

@@ -67,7 +67,8 @@ def _dims(text: str) -> list[int]:
 
 @dataclasses.dataclass(frozen=True)
 class FrontEnd:
-    # identity, random_projection, package.module:function, a ViT checkpoint or a language model
+    # identity, random_projection, package.module:function (imported and called: runs that code, name only code
+    # you trust), a ViT checkpoint or a language model
     model: str = DEFAULT_MODEL
     input_shape: tuple[int, ...] | None = None  # input of identity / random_projection / functions: 3,224,224 or 8x576
     channel_axis: int | None = None  # channel axis of the band covariance (functions)
@@ -89,7 +90,7 @@ def build_parser():
                                         "input_scales": flags.bounded(0, base=float, strict=True)},
                  choices={"inputs": synbench.INPUTS})
     method = common.method(p, synbench.Config, aliases={"epsilons": "--eps"}, names={"batch_size": "sample_batch_size"},
-                        convert={"scales": _scale, "norm": _norm, "batch_size": flags.bounded(1)},
+                        convert={"scales": _scale, "norm": _norm, "batch_size": flags.bounded(1, synbench.MAX_N)},
                         choices={"covariance": gaussian.COVARIANCES, "probe_attack": robust_probe.ATTACKS})
     p.group(common.method_group(synbench.Config)).add_argument(
         "--absolute_eps", dest="relative_epsilon", action="store_false", help="same as --no_relative_epsilon")
@@ -215,6 +216,6 @@ def main(argv=None):
         result = synbench.run(rep, config, cache_dir=join(out, "cache"), progress=progress).to_json()
         result["argmax_eps"] = {str(a): robust_probe.suggest_epsilon(result["scores"], a) for a in config.a_t}
         run.write(join(where, "results.json"), result)
-        plots.synbench_bound_threshold(result, join(where, "bound_threshold.png"))
         say(summary(result))
+        plots.draw(plots.synbench_bound_threshold, result, join(where, "bound_threshold.png"))
         say(f"\nresults in {where}")

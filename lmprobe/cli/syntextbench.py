@@ -115,7 +115,7 @@ def _paper_figures(config, lm_free, generated, run_dir: str, *, lengths: bool) -
     for source, (_, values) in curves.items():
         log.info(f"Fig. 3, {source}: label-class words per sentence " +
                  ", ".join(f"p={p:g}: {100 * v:.1f}%" for p, v in zip(config.levels, values)))
-    plots.label_word_share(curves, join(run_dir, "label_words.png"))
+    plots.draw(plots.label_word_share, curves, join(run_dir, "label_words.png"))
     if not lengths:
         return
     synthetic_sets = [s for pair in lm_free.levels for s in pair]
@@ -132,7 +132,7 @@ def _paper_figures(config, lm_free, generated, run_dir: str, *, lengths: bool) -
     except LmprobeError as e:
         note = f"no English prose reference: {e}"
         log.warning(f"Fig. 5 without the prose reference: {e}")
-    plots.sentence_length_histograms(series, join(run_dir, "sentence_lengths.png"), note=note)
+    plots.draw(plots.sentence_length_histograms, series, join(run_dir, "sentence_lengths.png"), note=note)
 
 
 class _EarlyScore:
@@ -223,18 +223,18 @@ def main(argv=None):
             result["score"] = result["trials"]["score"]["mean"]
         result["truncated_inputs"] = scorer.truncated
         run.write(join(out, "results.json"), result, names=[name, *names[len(args.model):]])
-        plots.margin_accuracy([result], join(out, "margin_accuracy.png"))
-        plots.goodness([result], join(out, "goodness.png"))
         say(_summary(result))
+        plots.draw(plots.margin_accuracy, [result], join(out, "margin_accuracy.png"))
+        plots.draw(plots.goodness, [result], join(out, "goodness.png"))
         results.append(result)
 
     if len(results) > 1:
         table = [{"model": r["model"], "score": r["score"], **{f"baseline_{k}": v for k, v in r["baselines"].items()}}
                  for r in results]
         write_json(join(run_dir, "comparison.json"), table)
-        plots.margin_accuracy(results, join(run_dir, "margin_accuracy.png"))
-        plots.goodness(results, join(run_dir, "goodness.png"))
         say("\n== comparison")
         for r in sorted(results, key=lambda r: -r["score"]):
             say(f"{r['model']:<40} {r['score']:.4f}")
+        plots.draw(plots.margin_accuracy, results, join(run_dir, "margin_accuracy.png"))
+        plots.draw(plots.goodness, results, join(run_dir, "goodness.png"))
     say(f"\nresults in {run_dir}")

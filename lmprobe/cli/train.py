@@ -120,5 +120,7 @@ def main(argv=None):
                "parameters": result.parameters, "data": result.data, "resumed_from": result.resumed_from,
                "step_seconds": result.step_seconds, "step_cpu_seconds": result.step_cpu_seconds,
                "wall_s": time.perf_counter() - started})
-    plot(result.curve, join(run_dir, "loss_curve.png"))
     say(summary(result, run_dir, time.perf_counter() - started))
+    from lmprobe.report.plots import draw  # matplotlib: imported on use, as plot() does
+
+    draw(plot, result.curve, join(run_dir, "loss_curve.png"))

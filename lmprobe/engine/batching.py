@@ -63,7 +63,8 @@ def cpu_token_budget(width: int, itemsize: int = 4) -> int:
     return max(MIN_CPU_TOKENS, 1 << (fits.bit_length() - 1))
 
 
-def _pow2_at_least(n: int) -> int:
+def pow2_at_least(n: int) -> int:
+    """The smallest power of two >= ``n`` (1 for n <= 1)."""
     return 1 << max(0, (n - 1).bit_length())
 
 
@@ -115,7 +116,7 @@ def piece_rows(n: int, full: int, length: int, data_parallel: int = 1, split: bo
     if n == full:
         return [full]
     per_shard = -(-n // d)
-    size = min(full, d * _pow2_at_least(per_shard))
+    size = min(full, d * pow2_at_least(per_shard))
     if not split or (size - n) * length < SPLIT_PADDING_TOKENS:
         return [size]
     return [d << b for b in reversed(range(per_shard.bit_length())) if per_shard >> b & 1]

@@ -58,14 +58,23 @@ _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
 
+MAX_DEVICE_BYTES = 2**50  # 1 PiB: more memory than any one device has, by far
+
+
 def parse_bytes(text: str | int | float, *, flag: str = "hbm") -> int:
-    """Bytes from '16GiB', '32GiB', '80GB', '80e9', '512MiB', 2**30 (K/M/G/T alone: binary)."""
+    """Bytes from '16GiB', '32GiB', '80GB', '80e9', '512MiB', 2**30 (K/M/G/T alone: binary): a device's
+    memory, between 1 byte and MAX_DEVICE_BYTES."""
     if isinstance(text, (int, float)):
-        return int(text)
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
-    if not m or m.group(2).lower() not in _UNITS:
-        raise LmprobeError(f"`{flag}={text}` is not a memory size: write e.g. 16GiB, 32GiB, 80GB or 80e9")
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+        size = float(text)
+    else:
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*", str(text))
+        if not m or m.group(2).lower() not in _UNITS:
+            raise LmprobeError(f"`{flag}={text}` is not a memory size: write e.g. 16GiB, 32GiB, 80GB or 80e9")
+        size = float(m.group(1)) * _UNITS[m.group(2).lower()]
+    if not 1 <= size <= MAX_DEVICE_BYTES:  # inf and nan too
+        raise LmprobeError(f"`{flag}={text}` is not the memory of a device: give a size between 1 byte and 1 PiB, "
+                           "e.g. 16GiB or 80GB")
+    return int(size)
 
 
 def format_bytes(n: int | float | None) -> str:

@@ -35,7 +35,7 @@ import numpy as np
 from flax import nnx
 
 from lmprobe import log
-from lmprobe.engine.batching import LENGTH_BUCKETS, Batch, make_batches
+from lmprobe.engine.batching import LENGTH_BUCKETS, Batch, make_batches, pow2_at_least
 from lmprobe.engine.mesh import auto_axes, batch_axes, batch_devices, batch_sharding, replicated, tracing_on
 from lmprobe.errors import LmprobeError
 
@@ -184,8 +184,12 @@ class Runner:
         limit = limit or self.max_length
         return sorted({min(b, limit) for b in (buckets or self.buckets)})
 
-    def rows(self, per_device: int) -> int:
-        """Rows of a batch with ``per_device`` rows on each device of the ``data_axes``."""
+    def rows(self, per_device: int, work: int | None = None) -> int:
+        """Rows of a batch with ``per_device`` rows on each device of the ``data_axes``; with ``work`` (the rows
+        there are to run), no more per device than the power of two that holds them: a batch larger than the
+        work would only run padding (memory and time for nothing), and powers of two keep the shapes few."""
+        if work is not None:
+            per_device = min(per_device, pow2_at_least(-(-work // self.data_parallel)))
         return max(1, per_device) * self.data_parallel
 
     def run(self, step, calls: Iterable[tuple], readback: Callable | None = None) -> list:

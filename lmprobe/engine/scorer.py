@@ -40,6 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from lmprobe import log
 from lmprobe.checkpoints import identity as checkpoint_identity
 from lmprobe.checkpoints import load as load_checkpoint
 from lmprobe.checkpoints.variants import apply_variants, split_name
@@ -60,6 +61,26 @@ FALLBACKS = {  # Family capability -> what the engine does without it
     "packing": "packed rows: pairs and continuations run one sequence per row (the same numbers; shared "
                "prefixes run twice)",
     "kv_cache": "KV cache: generation recomputes the whole row for each new token (the same tokens; slower)"}
+
+
+@dataclasses.dataclass
+class Cuts:
+    """Inputs longer than the model's context, cut to it: how many, to how many tokens, the longest's length."""
+
+    count: int = 0
+    limit: int = 0
+    longest: int = 0
+
+    def add(self, length: int, limit: int) -> None:
+        self.count, self.longest = self.count + 1, max(self.longest, length)
+        self.limit = min(self.limit, limit) if self.limit else limit
+
+    def line(self, context: int) -> str:
+        """The warning: how many inputs were cut, and how long they were."""
+        were = "input was" if self.count == 1 else "inputs were"
+        return (f"{self.count} {were} longer than the model's context of {context} tokens and cut to {self.limit} "
+                f"tokens (the longest had {self.longest:,}): the tokens past the cut are not scored; shorten those "
+                "inputs, or use a model with a longer context")
 
 
 @dataclasses.dataclass
@@ -180,6 +201,7 @@ class Scorer:
         self.mesh = self.runner.mesh
         self.truncate = truncate
         self.truncated = 0  # inputs cut to max_length so far
+        self.cuts = Cuts()  # the inputs cut since the last report (report_cuts)
         self.updates = 0  # weights swapped in by update()
         self.strategy = strategy  # the sharding strategy of the parameters ('fsdp', 'tp'); None: not known
         about = identity if identity is not None else model_identity(model)  # results.json, cache keys
@@ -338,7 +360,8 @@ class Scorer:
 
     def cut_to_context(self, i: int, seq: list[int], limit: int | None = None, keep: str = "first") -> list[int]:
         """Input ``i``'s ids ``seq`` cut to ``limit`` tokens (the context by default), keeping the
-        ``first`` or the ``last`` ones, and counted in ``truncated``; or an error (truncate=False)."""
+        ``first`` or the ``last`` ones, and counted in ``truncated`` and ``cuts``; or an error
+        (truncate=False)."""
         limit = limit or self.max_length
         if len(seq) <= limit:
             return seq
@@ -347,7 +370,16 @@ class Scorer:
                                f"model's context of {self.max_length}: shorten it, or allow "
                                "truncation (truncate=True)")
         self.truncated += 1
+        self.cuts.add(len(seq), limit)
         return seq[:limit] if keep == "first" else seq[-limit:]
+
+    def report_cuts(self) -> None:
+        """The inputs cut since the last report (``cuts``) as one warning, before the model runs: every query
+        calls it once its inputs are encoded, so that a method that encodes its texts one by one first
+        (BYOD's sentences) hears of them once, when their work starts."""
+        cuts, self.cuts = self.cuts, Cuts()
+        if cuts.count:
+            log.get(__name__).warning(cuts.line(self.max_length))
 
     def require_decoder(self, what: str) -> None:
         """An error naming ``what`` unless the model is a causal language model."""
@@ -361,6 +393,7 @@ class Scorer:
         """Token log-probabilities, summed NLL and log-perplexity of each text or id list."""
         self.require_decoder("score")
         seqs = self.encode(inputs)
+        self.report_cuts()
         if not seqs:
             return Scores.of([])
         runner = self.runner
@@ -376,6 +409,7 @@ class Scorer:
             raise LmprobeError(f"score_pairs needs as many a ({len(a)}) as b ({len(b)})")
         self.require_decoder("score_pairs")
         seqs = self.encode(list(a) + list(b))
+        self.report_cuts()
         if not seqs:
             return Scores.of([]).split(0)
         n = len(a)
@@ -488,6 +522,7 @@ class Scorer:
         if not len(a):
             return {}
         seqs = self.encode(list(a) + list(b))
+        self.report_cuts()
         positions = [_absolute(p, len(s), i) for i, (s, p) in
                      enumerate(zip(seqs, list(a_positions) + list(b_positions)))]
         n = len(a)
@@ -507,7 +542,8 @@ class Scorer:
             mask[np.asarray(token_set, np.int64)] = True
         runner = self.runner
         step = runner.jit("pair_stats", steps.pair_stats, top_k=top_k, with_mass=token_set is not None)
-        block, total = runner.rows(8 * self.batch_size), len(flat_a)
+        total = len(flat_a)
+        block = runner.rows(8 * self.batch_size, work=total)
         takes = [np.minimum(np.arange(start, start + block), total - 1)  # repeats, dropped below
                  for start in range(0, total, block)]
         mask = jax.device_put(mask, replicated(self.mesh))  # one transfer, not one per block
@@ -548,6 +584,7 @@ class Scorer:
         (``name`` keys the jit cache); rows in input order, left on device (replicated, so every
         process can read it)."""
         seqs = self.encode(list(inputs))
+        self.report_cuts()
         if not seqs:
             raise LmprobeError("no inputs to apply the model to: pass at least one text")
         runner = self.runner
@@ -571,6 +608,7 @@ class Scorer:
         if self.config.hidden_size is None:
             raise LmprobeError(steps.NO_HIDDEN)
         seqs = self.encode(inputs)
+        self.report_cuts()
         if not seqs:
             return np.zeros((0, self.config.hidden_size), np.float32)
         runner = self.runner
@@ -614,7 +652,7 @@ class Scorer:
         if n == 0:
             return np.zeros((0, x.shape[-1]), np.float32)
         runner = self.runner
-        rows = runner.rows(self.batch_size)
+        rows = runner.rows(self.batch_size, work=n)
         step = runner.jit("embed_inputs", steps.pooled_embedding, pooling=pooling, layer=layer, continuous=True)
         takes = [np.minimum(np.arange(start, start + rows), n - 1) for start in range(0, n, rows)]  # repeats, dropped
         return np.concatenate(runner.run(step, (runner.put(x[t], mask[t]) for t in takes)))[:n]
@@ -664,6 +702,7 @@ class Scorer:
         states (prompt_hidden); ``allowed``: one checked mask per prompt (``allowed_rows``); ``stop_ids``:
         checked ids that end a row (given: the step takes a [vocab_size] bool mask after ``allowed``)."""
         seqs = [self.cut_to_context(i, s, room, keep="last") for i, s in enumerate(self.encode(prompts))]
+        self.report_cuts()
         if not seqs:
             return []
         if eos_id is None and self.tokenizer is not None:

@@ -109,6 +109,7 @@ class Seq2SeqScorer(Scorer, kind=ENCODER_DECODER):
         """Each text or id list scored as the target of an empty source (EOS alone): every token
         is predicted, the first one too."""
         seqs = self.encode(inputs)
+        self.report_cuts()
         return self.score_targets([[self.config.eos_token_id]] * len(seqs), seqs)
 
     def score_pairs(self, a, b) -> tuple[Scores, Scores]:
@@ -125,6 +126,7 @@ class Seq2SeqScorer(Scorer, kind=ENCODER_DECODER):
         if len(sources) != len(targets):
             raise LmprobeError(f"score_targets needs as many sources ({len(sources)}) as targets ({len(targets)})")
         sources, targets = self.encode(list(sources)), self.encode(list(targets))
+        self.report_cuts()
         if not targets:
             return Scores.of([])
         runner = self.runner

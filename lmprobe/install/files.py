@@ -11,6 +11,7 @@ import tempfile
 
 from lmprobe import markers
 from lmprobe.errors import LmprobeError
+from lmprobe.umask import usual_mode
 
 BLOCK = 1 << 20  # bytes per read while joining and hashing
 
@@ -28,9 +29,7 @@ def staged(final: str, directory: bool = False):
     else:
         fd, path = tempfile.mkstemp(dir=parent, prefix=f".{base}.", suffix=".partial")
         os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, (0o777 if directory else 0o666) & ~umask)  # as open() / mkdir would (mkstemp: 0600)
+    usual_mode(path, directory=directory)
     try:
         yield path
     finally:
@@ -40,11 +39,12 @@ def staged(final: str, directory: bool = False):
             os.remove(path)
 
 
-def copy(source, out, digest) -> int:
-    """``source``'s bytes to ``out`` (open files), fed to ``digest`` on the way; the bytes copied."""
+def copy(source, out, *digests) -> int:
+    """``source``'s bytes to ``out`` (open files), fed to each of ``digests`` on the way; the bytes copied."""
     n = 0
     while block := source.read(BLOCK):
-        digest.update(block)
+        for digest in digests:
+            digest.update(block)
         out.write(block)
         n += len(block)
     return n

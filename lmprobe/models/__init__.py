@@ -23,6 +23,7 @@ from lmprobe.models import (
 )
 from lmprobe.models.base import CAUSAL_LM, ENCODER, ENCODER_DECODER, HF, Family, HFNames, ModelOutput
 from lmprobe.models.callable_lm import CallableLM
+from lmprobe.models.sizes import check_hf_sizes
 
 # model_type (config.json) -> family
 FAMILIES: dict[str, Family] = {
@@ -48,13 +49,15 @@ IN_MEMORY: tuple[Family, ...] = (callable_lm.FAMILY,)  # families of models buil
 
 
 def family_for(config: dict, *, where: str = "the checkpoint") -> Family:
-    """The family that implements ``config['model_type']``, or a clear error."""
+    """The family that implements ``config['model_type']``, its sizes checked (lmprobe.models.sizes), or
+    one clear error naming ``where`` (the checkpoint or config file) and the field."""
     model_type = config.get("model_type")
     if model_type not in FAMILIES:
         raise CheckpointError(
             f"model_type {model_type!r} in the config.json of {where} is not supported; "
             f"supported model types: {', '.join(sorted(FAMILIES))}. Use a model of one of these "
             "architectures, or add a family under lmprobe/models/")
+    check_hf_sizes(config, where)
     return FAMILIES[model_type]
 
 

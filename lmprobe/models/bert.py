@@ -19,7 +19,7 @@ from flax import nnx
 from lmprobe.errors import CheckpointError, LmprobeError
 from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, POSITIONS
 from lmprobe.models.base import Family, HFNames, ModelOutput
-from lmprobe.models.encoder import BertStyleEncoder, check_head_split, roberta_positions
+from lmprobe.models.encoder import BertStyleEncoder, roberta_positions
 from lmprobe.models.layers import Embed, LayerNorm, Linear, activation, attention, stacked
 
 
@@ -50,7 +50,6 @@ class BertConfig:
                                   "supported; only the bidirectional encoder is")
         if roberta and c.get("pad_token_id", 1) is None:
             raise CheckpointError("pad_token_id is null in the RoBERTa model config; its position ids need it")
-        check_head_split(c["hidden_size"], c["num_attention_heads"])
         return cls(
             vocab_size=c["vocab_size"], hidden_size=c["hidden_size"],
             intermediate_size=c["intermediate_size"], num_hidden_layers=c["num_hidden_layers"],

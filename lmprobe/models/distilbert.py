@@ -14,7 +14,7 @@ from flax import nnx
 
 from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, POSITIONS
 from lmprobe.models.base import Family, HFNames
-from lmprobe.models.encoder import BertStyleEncoder, check_head_split
+from lmprobe.models.encoder import BertStyleEncoder
 from lmprobe.models.layers import Embed, LayerNorm, Linear, activation, attention, stacked
 
 _EPS = 1e-12  # DistilBERT's LayerNorms have a fixed eps
@@ -40,7 +40,6 @@ class DistilBertConfig:
     def from_hf(cls, c: dict) -> DistilBertConfig:
         # sinusoidal_pos_embds only changes how position_embeddings is initialised; checkpoints
         # store the table, so it is read like a learned one.
-        check_head_split(c["dim"], c["n_heads"], ("dim", "n_heads"))
         return cls(vocab_size=c["vocab_size"], dim=c["dim"], hidden_dim=c["hidden_dim"],
                    n_layers=c["n_layers"], n_heads=c["n_heads"],
                    max_position_embeddings=c.get("max_position_embeddings", 512),

@@ -11,17 +11,10 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from lmprobe.errors import CheckpointError
 from lmprobe.models.base import ModelOutput, hf_hidden_states
 from lmprobe.models.layers import Mask, check_length, default_positions, scan_layers
 
 Array = jax.Array
-
-
-def check_head_split(hidden: int, heads: int, names: tuple[str, str] = ("hidden_size", "num_attention_heads")):
-    """Refuse a config whose width ``hidden`` does not split into ``heads`` heads; ``names``: its keys."""
-    if hidden % heads:
-        raise CheckpointError(f"{names[0]} {hidden} is not a multiple of {names[1]} {heads} in the model config")
 
 
 def roberta_positions(input_ids, key_mask, pad: int):

@@ -21,7 +21,7 @@ from lmprobe.errors import CheckpointError
 from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, POSITIONS
 from lmprobe.models.base import Family, HFNames
 from lmprobe.models.bert import BertIntermediate, BertOutput
-from lmprobe.models.encoder import BertStyleEncoder, check_head_split, roberta_positions
+from lmprobe.models.encoder import BertStyleEncoder, roberta_positions
 from lmprobe.models.layers import Embed, LayerNorm, Linear, attention, stacked
 
 PADDING_IDX = 1  # HF's MPNetEmbeddings fixes it, whatever pad_token_id says
@@ -43,7 +43,6 @@ class MPNetConfig:
 
     @classmethod
     def from_hf(cls, c: dict) -> MPNetConfig:
-        check_head_split(c["hidden_size"], c["num_attention_heads"])
         buckets = c.get("relative_attention_num_buckets", 32)
         if buckets < NUM_BUCKETS:
             raise CheckpointError(f"relative_attention_num_buckets {buckets} in the model config is fewer than "

@@ -21,7 +21,7 @@ from flax import nnx
 from lmprobe.errors import LmprobeError
 from lmprobe.models.axes import EMBED, HEAD_DIM, HEADS, KV_HEADS, MLP, POSITIONS
 from lmprobe.models.base import Family, HFNames, ModelOutput
-from lmprobe.models.encoder import check_head_split, run_encoder_blocks
+from lmprobe.models.encoder import run_encoder_blocks
 from lmprobe.models.layers import LayerNorm, Linear, Mask, activation, attention, param, stacked
 
 
@@ -50,8 +50,6 @@ class ViTConfig:
     def from_hf(cls, c: dict) -> ViTConfig:
         heads = c.get("num_attention_heads", 12)
         hidden = c.get("hidden_size", 768)
-        if not c.get("head_dim"):
-            check_head_split(hidden, heads)
         return cls(
             hidden_size=hidden, intermediate_size=c.get("intermediate_size", 3072),
             num_hidden_layers=c.get("num_hidden_layers", 12), num_attention_heads=heads,

@@ -1,12 +1,14 @@
 """Figures for results.json files: SynTextBench's margin-accuracy curve and goodness s(a), SynBench's
 bound-threshold plot, label-free proxies against real tasks across models (``scatter_grid``) and a
-sweep's numbers against training step (``against_step``)."""
+sweep's numbers against training step (``against_step``); ``draw``: a front end's call of any of them, whose
+failure is a warning once the results are written."""
 
 from __future__ import annotations
 
+import inspect
 import io
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import matplotlib
 
@@ -18,6 +20,7 @@ from lmprobe import (
     kernels,  # noqa: E402
     store,  # noqa: E402
 )
+from lmprobe import log as _logging  # noqa: E402
 from lmprobe.data.sentence_stats import length_histogram  # noqa: E402
 from lmprobe.engine.runtime import is_main  # noqa: E402
 from lmprobe.errors import LmprobeError  # noqa: E402
@@ -35,6 +38,21 @@ MAX_POINT_LABELS = 3  # margin_accuracy labels each point with its p for this ma
 def styled(function):
     """Run a plotting function (figure made and saved inside it) under STYLE's font sizes."""
     return plt.rc_context(STYLE)(function)
+
+
+def draw(plot: Callable, *args, **kwargs):
+    """``plot(*args, **kwargs)``, a figure writer of lmprobe.report (its ``path`` among the arguments), as
+    a front end draws once its results are written and shown: a figure that fails (a full disk, values
+    that cannot be drawn) is one warning naming its file, and the run goes on. What ``plot`` returns;
+    None when it failed."""
+    try:
+        return plot(*args, **kwargs)
+    except Exception as e:  # noqa: BLE001 - a figure is an extra: whatever drawing raises, the results stand
+        path = inspect.signature(plot).bind(*args, **kwargs).arguments.get("path", f"the {plot.__name__} figure")
+        first = (str(e).strip().splitlines() or [""])[0]
+        _logging.get(__name__).warning(f"{path} was not drawn ({type(e).__name__}: {first}); the results "
+                                       "are written and shown")
+        return None
 
 
 def save_figure(fig, path) -> None:

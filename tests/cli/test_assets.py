@@ -6,6 +6,7 @@ monkeypatched urllib."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import hashlib
 import io
@@ -45,18 +46,25 @@ def cache(tmp_path, monkeypatch):
     return root
 
 
-def make_wheel(directory, requirement: str, files: dict) -> str:
-    """A py3-none-any wheel of ``name==version`` holding ``files`` (+ the dist-info pip reads)."""
+def record_hash(data: bytes) -> str:
+    """A file's hash as a wheel's RECORD writes it."""
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def make_wheel(directory, requirement: str, files: dict, listed: dict | None = None) -> str:
+    """A py3-none-any wheel of ``name==version`` holding ``files`` (+ the dist-info pip reads), its RECORD
+    listing each file's sha256 and size (``listed``: other bytes to list for some members)."""
     name, version = requirement.split("==")
     dist = re.sub(r"[-_.]+", "_", name).lower()
     path = os.path.join(directory, f"{dist}-{version}-py3-none-any.whl")
     info = f"{dist}-{version}.dist-info"
+    meta = {f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+            f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    record = [f"{m},{record_hash(d)},{len(d)}" for m, d in {**files, **meta, **(listed or {})}.items()]
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
-        for member, data in files.items():
+        for member, data in {**files, **meta}.items():
             z.writestr(member, data)
-        z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-        z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
-        z.writestr(f"{info}/RECORD", "")
+        z.writestr(f"{info}/RECORD", "\n".join([*record, f"{info}/RECORD,,"]) + "\n")
     return path
 
 

@@ -275,8 +275,8 @@ ENCODER = "'minilm-l6' is an encoder: give a causal LM such as smollm2-135m"
 
 
 @pytest.mark.parametrize("name, argv, message", [
-    ("syntextbench", ["--batch_size=0"], "argument --batch_size: give an integer >= 1, not 0"),
-    ("syntextbench", ["--batch_size=-4"], "argument --batch_size: give an integer >= 1, not -4"),
+    ("syntextbench", ["--batch_size=0"], "argument --batch_size: give an integer in [1, 65536], not 0"),
+    ("syntextbench", ["--batch_size=-4"], "argument --batch_size: give an integer in [1, 65536], not -4"),
     ("byod", ["--model_parallel=0"], "argument --model_parallel: give an integer >= 1, not 0"),
     ("byod", ["--seed=-1"], "argument --seed: give an integer >= 0, not -1"),
     ("syntextbench", ["--energy=2"], "energy=2.0 is the share of singular-value energy"),
@@ -308,7 +308,7 @@ ENCODER = "'minilm-l6' is an encoder: give a causal LM such as smollm2-135m"
     ("scope", ["--bootstrap=-1"], "n_bootstrap=-1 must be >= 0"),
     ("synbench", ["--input_scale=0"], "argument --input_scale: give a number > 0, not 0"),
     ("synbench", ["--seq_len=0"], "argument --seq_len: give an integer >= 1, not 0"),
-    ("synbench", ["--sample_batch_size=0"], "argument --sample_batch_size: give an integer >= 1, not 0"),
+    ("synbench", ["--sample_batch_size=0"], "argument --sample_batch_size: give an integer in [1, 1048576], not 0"),
     ("validate", ["--tweets_min_confidence=2"], "argument --tweets_min_confidence: give a number in [0, 1], not 2"),
     ("validate", ["--synbench_n=4"], "argument --synbench_n: give an integer >= 8, not 4"),
     ("validate", ["--synbench_scales=1,0"], "argument --synbench_scales: give a number > 0, not 0"),

@@ -336,10 +336,13 @@ def _ablation(param: str, values, compute, fields: Callable = lambda v, r: {}, a
 
 
 def _finite(metric: Metric, inputs: Inputs, limit: int | None, model_name: str) -> MetricResult:
-    """``metric`` computed, when every number in it is finite (else NonFinite: NaN logits)."""
+    """``metric`` computed, when every number in it is finite (else NonFinite: NaN logits), with
+    ``truncated_inputs``: the inputs it cut to the model's context (Scorer.truncated)."""
+    before = getattr(inputs.scorer, "truncated", 0)
     result = metric.compute(inputs, limit)
     require_finite([result.score, result.stderr, result.extra, result.records], model=model_name,
                    stage=f"BYOD {metric.name}")
+    result.extra["truncated_inputs"] = getattr(inputs.scorer, "truncated", 0) - before
     return result
 
 

@@ -20,6 +20,7 @@ INPUTS = ("embedding", "rms")  # a language model's Gaussian inputs (scorer_repr
 EMBEDDING_SAMPLE = 32768  # token ids whose embeddings give the inputs' mean and covariance
 DEFAULT_INPUT_SCALES = (0.25, 0.5, 1.0, 2.0)  # input_scale_sweep: factors on the inputs' deviation from the mean
 DEFAULT_N_RATIO = 20  # n_for_width: samples per split per representation dimension
+MAX_N = 1 << 20  # samples per split and scale: 512 times the paper's 2048
 CEILING_BATCH = 1024  # ceiling: Gaussian samples per batch of the identity (no model memory to mind)
 CURVE_GRID = tuple(float(a) for a in np.linspace(0.5, 1.0, 201))
 CACHE_VERSION = 5  # 2: keys hold the model's identity (checkpoint digest, dtype); 3: language models' input signs;
@@ -72,10 +73,11 @@ class Config:
         if self.covariance == "band" and self.norm != 2:
             raise LmprobeError("the band-covariance raw reference is implemented for l2 budgets only: "
                                "use `norm=2` or `covariance=identity`")
-        if self.n < 8:
-            raise LmprobeError(f"n={self.n} samples per split is too few to estimate class means: use >= 8")
-        if self.batch_size < 1:
-            raise LmprobeError(f"batch_size={self.batch_size} must be >= 1")
+        if not 8 <= self.n <= MAX_N:
+            raise LmprobeError(f"`n={self.n}` samples per split: use 8 (to estimate class means) to {MAX_N:,} (their "
+                               "representations are held on the host: 4 GiB per split at width 1024)")
+        if not 1 <= self.batch_size <= MAX_N:
+            raise LmprobeError(f"batch_size={self.batch_size} (Gaussian samples per batch) must be in [1, {MAX_N:,}]")
         gaussian.GaussianSpec((1,), self.covariance, self.band, None, self.prior).check()
         if self.robust_probe:
             if not any(math.isclose(self.probe_a_t, a) for a in self.a_t):
@@ -83,8 +85,8 @@ class Config:
                                    "probe's eps is the argmax of the score at that threshold")
             if not self.probe_scale > 0:
                 raise LmprobeError(f"probe_scale={self.probe_scale} must be > 0")
-            if self.probe_n is not None and self.probe_n < 8:
-                raise LmprobeError(f"probe_n={self.probe_n} is too few samples for a probe: use >= 8")
+            if self.probe_n is not None and not 8 <= self.probe_n <= MAX_N:
+                raise LmprobeError(f"`probe_n={self.probe_n}` samples for a probe: use 8 to {MAX_N:,}")
             robust_probe.RobustProbeConfig(epsilon=max(self.epsilons), relative_epsilon=self.relative_epsilon,
                                      attack=self.probe_attack, steps=self.probe_steps).check()
         if self.baselines:

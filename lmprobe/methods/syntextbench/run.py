@@ -27,6 +27,8 @@ A_T_SWEEP = (0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9)  # thresholds reported beside
 CACHE_VERSION = 2  # 2: keys hold the model's identity (checkpoint digest, dtype) and the sentences themselves
 EMBED_CHUNK = 8192  # sentences per engine call (one step of the progress bar): fewer partial batches
 MIN_TEST_SENTENCES = 20  # test sentences per level: accuracy in steps of 0.05 at least (the a_t sweep's spacing)
+MAX_N = 1 << 20  # sentences per level: 128 times the paper's 8192; their embeddings take 4 GiB per level at width 1024
+MAX_TRIALS = 1000  # repeats of a run, each a whole run
 MIN_N = next(n for n in itertools.count(1) if synthetic.test_size(n) >= MIN_TEST_SENTENCES)  # 195
 
 
@@ -62,6 +64,9 @@ class Config:
         bad = [p for p in self.levels if not 0 <= p <= 1]
         if bad or not self.levels:
             raise LmprobeError(f"difficulty levels {list(self.levels)} must be non-empty and in [0, 1]")
+        if self.n > MAX_N:
+            raise LmprobeError(f"`n={self.n}` sentences per level: lmprobe generates and embeds at most {MAX_N:,} "
+                               "(4 GiB of embeddings per level at width 1024; the paper: 4096 to 32768)")
         if synthetic.test_size(self.n) < MIN_TEST_SENTENCES:
             raise LmprobeError(f"n={self.n} sentences per level leaves {synthetic.test_size(self.n)} to test on "
                                f"({synthetic.DEFAULT_TEST_FRACTION:.0%} of n): accuracy needs at least "
@@ -114,8 +119,8 @@ class Result:
 
 def trial_configs(config: Config, trials: int) -> list[Config]:
     """The configs of ``trials`` repeats: seeds seed, seed + 1, ... (new synthetic tasks each)."""
-    if trials < 1:
-        raise LmprobeError(f"trials={trials} must be at least 1 (the paper reports the mean of 3)")
+    if not 1 <= trials <= MAX_TRIALS:
+        raise LmprobeError(f"`trials={trials}` must be in [1, {MAX_TRIALS}] (the paper reports the mean of 3)")
     return [dataclasses.replace(config, seed=config.seed + t) for t in range(trials)]
 
 
