@@ -23,7 +23,7 @@ damaged bytes are found), ``cached_json`` against a schema of the JSON its write
 warning naming the file and why; it is discarded and recomputed. A fresh value that fails is an
 error, never written. ``require_finite`` refuses a model's non-finite embeddings, logits or scores
 (NonFinite: the model, the stage, how many) before they are cached or scored. ``cache_use``
-counts the entries a block read from the cache (the same counts on every process); ``Stages``
+counts the entries a block read from the cache (the same counts on every process); ``StageTimes``
 times a method's stages and says which were served from the cache.
 
 JSON files (``write_json``, ``write_results``, ``write_jsonl``) are strict JSON: NaN and infinities
@@ -450,7 +450,7 @@ def _count(hit: bool) -> None:
 
 
 @dataclasses.dataclass
-class Stages:
+class StageTimes:
     """Wall time (``seconds``) and cache use (``cached``: stage -> {"hits", "entries"}, stages that
     read any entry from the cache) of a method's stages, for results.json's ``timings_s`` and
     ``cached_stages``: ``with stages("embedding", desc="minilm-l6: embedding"): ...``."""

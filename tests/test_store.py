@@ -338,7 +338,7 @@ def test_a_corrupt_entry_on_process_0_makes_every_process_recompute(tmp_path, mo
 
 def test_cache_use_counts_hits_and_logs_them_and_stages_record_them(tmp_path, records):
     path = str(tmp_path / "a.npy")
-    stages = store.Stages({"generation": 1.5})
+    stages = store.StageTimes({"generation": 1.5})
     with stages("embedding", "m: embedding") as use:
         store.cached(path, lambda: np.ones(2), expect=VECTOR)
     assert use.to_json() == {"hits": 0, "entries": 1} and stages.cached == {}

@@ -147,9 +147,10 @@ def main(argv=None):
             scorers[name] = run.loaded(name, load_scorer(args, name))
         return scorers[name]
 
-    result, rows = mstemp.run(get(args.model), {name: get(name) for name in args.evaluator}, get(args.filter), data,
-                              config, target_name=args.model, filter_name=args.filter,
-                              cache_dir=join(out, "cache"), progress=progress)
+    found = mstemp.run(get(args.model), {name: get(name) for name in args.evaluator}, get(args.filter), data,
+                       config, target_name=args.model, filter_name=args.filter, cache_dir=join(out, "cache"),
+                       progress=progress)
+    result, rows = found.to_dict(), found.rows
     run.write(join(out, "results.json"), result)
     write_jsonl(join(out, "samples.jsonl"), rows)
     say(_summary(result, rows))

@@ -138,9 +138,9 @@ def _summary(result: dict) -> str:
     return "\n".join(rows)
 
 
-def _scope(args, config, train_config, train, test, load_scorer, cache: str | None) -> tuple[dict, list[dict]]:
+def _scope(args, config, train_config, train, test, load_scorer, cache: str | None) -> scope_run.Result:
     """The reference and the models built (``load_scorer(name)``: a name's Scorer) and compared, with every
-    pair's comparison under --matrix: (result, samples)."""
+    pair's comparison under --matrix."""
     build = scope_build.Models(load_scorer, task=args.task, head=args.head, train=train, train_config=train_config,
                                samples=args.samples, seed=args.seed, progress=progress)
     reference = build(args.reference)
@@ -149,13 +149,13 @@ def _scope(args, config, train_config, train, test, load_scorer, cache: str | No
         texts, labels = scope_run.lm_examples(test.texts, reference.scorer.tokenizer)
         decode = reference.scorer.tokenizer.decode
     target_models = {name: build(name) for name in args.model}
-    result, samples = scope_run.run(reference, target_models, texts, labels, config, cache_dir=cache,
-                                    decode=decode, progress=progress)
-    result.update(dataset=test.source, label_names=list(test.label_names) if args.task == "classify" else None)
+    result = scope_run.run(reference, target_models, texts, labels, config, cache_dir=cache, decode=decode,
+                           progress=progress, dataset=test.source,
+                           label_names=test.label_names if args.task == "classify" else None)
     if args.matrix:
         everyone = {args.reference: reference, **target_models}
-        result["matrix"] = scope_run.matrix(everyone, texts, labels, config, cache_dir=cache, progress=progress)
-    return result, samples
+        result.matrix = scope_run.matrix(everyone, texts, labels, config, cache_dir=cache, progress=progress)
+    return result
 
 
 COMPILED_ON_ZEROS = ("the method's own code chose the steps, running on the zeros compiled steps return: the "
@@ -204,10 +204,11 @@ def main(argv=None):
         return _compile_only(run, args, config, train_flags.make(args), train, test, out)
     log.info(f"dataset {test.source}: {len(train)} training, {len(test)} base examples, "
              f"labels {list(test.label_names)}")
-    result, samples = _scope(args, config, train_flags.make(args), train, test,
-                             lambda name: run.loaded(name, common.load_scorer(args, name)), join(out, "cache"))
+    found = _scope(args, config, train_flags.make(args), train, test,
+                   lambda name: run.loaded(name, common.load_scorer(args, name)), join(out, "cache"))
+    result = found.to_dict()
     run.write(join(out, "results.json"), result)
-    write_jsonl(join(out, "samples.jsonl"), samples)
+    write_jsonl(join(out, "samples.jsonl"), found.samples())
     say(_summary(result))
     draw(scope_plots.metric_bars, result, join(out, "metrics.png"))
     if args.matrix:

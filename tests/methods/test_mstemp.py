@@ -229,8 +229,10 @@ def test_front_end_one_class_is_one_clear_error(tmp_path, capsys):
 
 
 def test_encoder_target_is_scored_by_a_probe_and_compared_fairly():
-    result, rows = mstemp.run(BagOfWords(), {"fake": FakeEvaluator()}, BagOfWords(), DATA, CONFIG,
-                              target_name="bow", filter_name="bow")
+    found = mstemp.run(BagOfWords(), {"fake": FakeEvaluator()}, BagOfWords(), DATA, CONFIG,
+                       target_name="bow", filter_name="bow")
+    result, rows = found.to_dict(), list(found.samples())
+    assert found.numbers()["mstemp_fair_drop"].value == result["fair_drop"]
     assert "linear probe" in result["classifier"]
     assert 0 <= result["baseline_accuracy"] <= 1 and 0 <= result["generated_accuracy"] <= 1
     assert result["drop"] == pytest.approx(result["baseline_accuracy"] - result["generated_accuracy"])
@@ -239,11 +241,13 @@ def test_encoder_target_is_scored_by_a_probe_and_compared_fairly():
 
 
 def test_greedy_attack_on_a_probed_encoder_flips_what_it_reports():
-    clean, clean_rows = mstemp.run(BagOfWords(), {"fake": FakeEvaluator()}, BagOfWords(), DATA, CONFIG,
-                                   target_name="bow", filter_name="bow")
+    generated = mstemp.generate({"fake": FakeEvaluator()}, BagOfWords(), DATA, CONFIG)
+    found = mstemp.evaluate(BagOfWords(), DATA, generated, CONFIG, target_name="bow", filter_name="bow")
+    clean, clean_rows = found.to_dict(), found.rows
     config = mstemp.Config(**{**CONFIG.__dict__, "attack": "greedy-typo", "attack_strength": 2})
-    result, rows = mstemp.run(BagOfWords(), {"fake": FakeEvaluator()}, BagOfWords(), DATA, config,
-                              target_name="bow", filter_name="bow")
+    attacked = mstemp.evaluate(BagOfWords(), DATA, generated, config, target_name="bow", filter_name="bow")
+    result, rows = attacked.to_dict(), attacked.rows
+    assert "prediction" not in generated.rows[0] and "unattacked" not in generated.rows[0]  # each target its copy
     assert [r["unattacked"] for r in rows] == [r["sample"] for r in clean_rows]
     assert result["attack"]["flipped"] >= 1 and "attack" not in clean
     for r, c in zip(rows, clean_rows):
@@ -256,7 +260,7 @@ def test_greedy_attack_on_a_probed_encoder_flips_what_it_reports():
 
 
 def test_fair_accuracy_draws_n_of_the_generated_samples():
-    from lmprobe.methods.mstemp.evaluate import fair_accuracy
+    from lmprobe.methods.mstemp.accuracy import fair_accuracy
 
     rng = np.random.default_rng(0)
     correct = np.r_[np.ones(50), np.zeros(50)]

@@ -8,7 +8,7 @@ import pytest
 
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import mstemp
-from lmprobe.methods.mstemp import adversarial, evaluate
+from lmprobe.methods.mstemp import accuracy, adversarial
 from lmprobe.methods.mstemp.run import compare
 
 
@@ -16,32 +16,32 @@ from lmprobe.methods.mstemp.run import compare
                                          ([1, 1, 6, 2, 8], 3), ([3], 2)])
 def test_stratified_counts_are_as_equal_as_the_capacities_allow(capacity, k):
     for seed in range(5):
-        counts = evaluate.stratified_counts(capacity, k, np.random.default_rng(seed))
+        counts = accuracy.stratified_counts(capacity, k, np.random.default_rng(seed))
         assert counts.sum() == min(k, sum(capacity)) and (counts <= capacity).all()
         # a group gets 2 or more fewer than another only when it has no more to give
         assert all(counts[i] >= counts[j] - 1 or counts[i] == capacity[i]
                    for i in range(len(counts)) for j in range(len(counts)))
-    assert list(evaluate.stratified_counts([5, 1, 3, 7], 10, np.random.default_rng(0))) == [3, 1, 3, 3]
+    assert list(accuracy.stratified_counts([5, 1, 3, 7], 10, np.random.default_rng(0))) == [3, 1, 3, 3]
 
 
 def test_stratified_draw_picks_distinct_items_per_group():
     groups = np.array([0] * 9 + [1] * 2 + [2] * 5)
     rng = np.random.default_rng(0)
     for k in (3, 7, 16):
-        picked = evaluate.stratified_draw(groups, k, rng)
+        picked = accuracy.stratified_draw(groups, k, rng)
         assert len(picked) == len(set(picked.tolist())) == k
         per_group, size = np.bincount(groups[picked], minlength=3), np.bincount(groups)
         assert all(per_group[i] >= per_group[j] - 1 or per_group[i] == size[i] for i in range(3) for j in range(3))
-    assert np.bincount(groups[evaluate.stratified_draw(groups, 3, rng)]).tolist() == [1, 1, 1]
+    assert np.bincount(groups[accuracy.stratified_draw(groups, 3, rng)]).tolist() == [1, 1, 1]
 
 
 def test_stratified_accuracy_weighs_seeds_equally():
     correct = np.r_[np.ones(9), 0, 0]  # one seed with 9 right samples, two seeds with one wrong each
     groups = np.r_[np.zeros(9), 1, 2]
     rng = np.random.default_rng(0)
-    assert evaluate.stratified_accuracy(correct, groups, 20, rng) == pytest.approx((1 / 3, 0.0), abs=1e-12)
-    assert evaluate.seed_weighted_accuracy(correct, groups) == pytest.approx(1 / 3)
-    assert evaluate.fair_accuracy(correct, 3, 400, rng)[0] == pytest.approx(9 / 11, abs=0.05)  # by sample
+    assert accuracy.stratified_accuracy(correct, groups, 20, rng) == pytest.approx((1 / 3, 0.0), abs=1e-12)
+    assert accuracy.seed_weighted_accuracy(correct, groups) == pytest.approx(1 / 3)
+    assert accuracy.fair_accuracy(correct, 3, 400, rng)[0] == pytest.approx(9 / 11, abs=0.05)  # by sample
 
 
 def _rows(seed_counts: dict[int, list[bool]], labels):

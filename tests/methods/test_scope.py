@@ -104,10 +104,13 @@ def test_fairness_and_kl_objective(classifier):
 
 def test_self_comparison_is_one_everywhere(classifier):
     model, _ = classifier
-    out, samples = scope_run.run(
+    result = scope_run.run(
         model, {"self": model}, TEXTS, LABELS, scope_run.Config(capability="typo", trials=2, n_bootstrap=50)
     )
+    out, samples = result.to_dict(), list(result.samples())
     row = out["targets"]["self"]
+    assert result.numbers() == {scope_run.NAMES[m]: number for m, number in result.targets["self"].metrics.items()}
+    assert result.numbers()["hard_scope"].value == 1.0 and result.numbers()["hard_scope"].df == 1
     assert row["iid_agreement"] == row["ood_agreement"] == row["hard_scope"] == row["soft_scope"] == 1.0
     assert row["iid_accuracy_gap"] == 0.0 and out["n_invariant"] >= 3 and len(samples) == out["n_pairs"]
     assert row["std_error"] == dict.fromkeys(row["std_error"], 0.0) and row["trials"] == 2
@@ -183,8 +186,8 @@ def test_one_trial_writes_strict_json_with_reasons_and_a_cached_search_says_so(c
 
     model, _ = classifier
     config = scope_run.Config(capability="typo", trials=1, n_bootstrap=0)
-    first, _ = scope_run.run(model, {"self": model}, TEXTS, LABELS, config, cache_dir=str(tmp_path / "cache"))
-    again, _ = scope_run.run(model, {"self": model}, TEXTS, LABELS, config, cache_dir=str(tmp_path / "cache"))
+    first = scope_run.run(model, {"self": model}, TEXTS, LABELS, config, cache_dir=str(tmp_path / "cache")).to_dict()
+    again = scope_run.run(model, {"self": model}, TEXTS, LABELS, config, cache_dir=str(tmp_path / "cache")).to_dict()
     assert first["search"]["cached"] is False and again["search"]["cached"] is True
     write_results(tmp_path / "results.json", again)
     text = (tmp_path / "results.json").read_text()
@@ -196,7 +199,7 @@ def test_one_trial_writes_strict_json_with_reasons_and_a_cached_search_says_so(c
 def test_one_trial_prints_n_a_where_a_spread_is_undefined(classifier):
     model, _ = classifier
     config = scope_run.Config(capability="typo", trials=1, n_bootstrap=0)
-    result, _ = scope_run.run(model, {"self": model}, TEXTS, LABELS, config)
+    result = scope_run.run(model, {"self": model}, TEXTS, LABELS, config).to_dict()
     text = front_end._summary(result)
     row = text.splitlines()[-1]  # one trial: no standard error of the pair metrics, no bootstrap interval
     assert "nan" not in text and row.count("[n/a,n/a]") == 5

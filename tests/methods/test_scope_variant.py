@@ -62,8 +62,9 @@ def test_without_argmax_requirement_every_edit_succeeds_and_is_flagged():
 
 
 def test_ood_agreement_counts_the_variant_example_and_hard_scope_does_not():
-    out, samples = scope_run.run(Toy(), {"constant": Constant()}, TEXTS, None,
-                                 scope_run.Config(capability="typo", max_words=1, trials=3, n_bootstrap=20))
+    result = scope_run.run(Toy(), {"constant": Constant()}, TEXTS, None,
+                           scope_run.Config(capability="typo", max_words=1, trials=3, n_bootstrap=20))
+    out, samples = result.to_dict(), list(result.samples())
     row = out["targets"]["constant"]
     # FRAGILE: m1 says 0 on x and 1 on x' (variant), the target 0: OOD disagreement, outside Hard-SCoPE.
     # ROBUST: both say 0 on x and x': OOD agreement, target invariant. Before: FRAGILE was dropped (OOD 1.0).

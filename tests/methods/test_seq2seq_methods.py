@@ -16,7 +16,7 @@ from lmprobe.engine import Scorer, make_mesh
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import byod, mstemp
 from lmprobe.methods.byod import toxicity
-from lmprobe.methods.mstemp import evaluate
+from lmprobe.methods.mstemp import accuracy
 from lmprobe.methods.mstemp.run import predictions
 from lmprobe.perturb.text import DEFAULT_TRIGGER
 from tests.engine.test_seq2seq import VOCAB, save_tiny_t5
@@ -63,8 +63,8 @@ def _log_likelihood(hf, source_ids, target_ids) -> float:
 
 def test_mstemp_scores_label_names_as_the_answer(t5):
     hf, scorer = t5
-    prompts = [evaluate.zero_shot_prompt(scorer.tokenizer, text, DATA.label_names) for text in SEEDS]
-    got = evaluate.answer_log_probs(scorer, prompts, DATA.label_names)
+    prompts = [accuracy.zero_shot_prompt(scorer.tokenizer, text, DATA.label_names) for text in SEEDS]
+    got = accuracy.answer_log_probs(scorer, prompts, DATA.label_names)
     tok = scorer.tokenizer
     want = [[_log_likelihood(hf, tok(p)["input_ids"], tok(name)["input_ids"]) for name in DATA.label_names]
             for p in prompts]

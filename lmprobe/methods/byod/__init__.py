@@ -49,7 +49,7 @@ from lmprobe.methods.byod import knowledge, long_range, next_token, toxicity
 from lmprobe.methods.byod.common import MetricResult, no_progress, shuffled
 from lmprobe.models import CAUSAL_LM, ENCODER_DECODER
 from lmprobe.perturb.text import DEFAULT_TRIGGER
-from lmprobe.store import Stages, cache_key, cached_json, join, require_finite
+from lmprobe.store import StageTimes, cache_key, cached_json, join, require_finite
 
 CACHE_VERSION = 3  # 2: sampling among the top-k candidates; 3: keys hold the model's identity and the paragraphs
 DEFAULT_EXAMPLES = 1000  # a metric's examples where the paper gives no count of its own
@@ -295,7 +295,7 @@ def run(scorer, corpus, config: Config, *, model_name: str, benign=None, profani
     require_kind("byod", model_name, scorer.kind, KINDS)
     inputs = Inputs(scorer, config, corpus, benign, profanity, progress, memo or HiddenMemo())
     fingerprint = _fingerprint(corpus) if cache_dir else None
-    metrics, errors, stages = {}, {}, Stages()
+    metrics, errors, stages = {}, {}, StageTimes()
     for name in config.metrics:
         metric, limit = REGISTRY[name], config.limit(name)
         path = None

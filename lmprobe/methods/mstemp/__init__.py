@@ -5,10 +5,21 @@ is compared with its accuracy on the generated samples.
 
     paraphrase.py  meta semantic sentences (Sec. 3.1)      filter.py  semantic-preserving filter
     templates.py   parsing into templates (Sec. 3.1)       fill.py    real evaluation samples (3.2)
-    lexicon.py     word categories and sentiment words     evaluate.py accuracies, fair comparison (3.3)
-    run.py         Algorithm 1 end to end
+    lexicon.py     word categories and sentiment words     accuracy.py accuracies, fair comparison (3.3)
+    run.py         Algorithm 1 end to end: generate (the evaluators' sets), evaluate (a target on them)
 """
 
-from lmprobe.methods.mstemp.run import EVALUATOR_KINDS, Config, check_data, generate_samples, run
+from lmprobe.methods.mstemp.run import (
+    EVALUATOR_KINDS,
+    Config,
+    Generated,
+    Result,
+    check_data,
+    evaluate,
+    generate,
+    generate_samples,
+    run,
+)
 
-__all__ = ["EVALUATOR_KINDS", "Config", "check_data", "generate_samples", "run"]
+__all__ = ["EVALUATOR_KINDS", "Config", "Generated", "Result", "check_data", "evaluate", "generate", "generate_samples",
+           "run"]

@@ -122,7 +122,7 @@ def greedy_attack(target, texts: Sequence[str], labels: Sequence[int], name: str
 
 class TargetView:
     """The target as the attack sees it: ``log_probs(texts)`` = log-softmax of the class scores
-    that MSTemp's predictions take the argmax of (evaluate.py), so a flip found here is a flip
+    that MSTemp's predictions take the argmax of (accuracy.py), so a flip found here is a flip
     of the reported prediction."""
 
     def __init__(self, scores: Callable[[Sequence[str]], np.ndarray], unknown_token: str = "UNK"):

@@ -5,12 +5,11 @@
     -> optional adversarial attack (Sec. 3.2, adversarial.py: greedy attacks that flip the
     target's prediction, or random typo / synonym noise) -> the target's accuracy on D and on D'.
 
-Comparison (Sec. 3.3, evaluate.py): only the contributing seeds (a kept paraphrase and a template
+Comparison (Sec. 3.3, accuracy.py): only the contributing seeds (a kept paraphrase and a template
 with slots) have generated samples, so the headline ('fair_*' keys) compares the baseline on
-those seeds with stratified draws of one generated sample per contributing seed. The earlier
-numbers, the baseline on every seed against unstratified draws of N samples
-('baseline_accuracy', 'generated_accuracy', 'drop'), are kept: they mix a selection effect into the
-drop (the seeds without samples differ in difficulty from the others, in either direction: on 24
+those seeds with stratified draws of one generated sample per contributing seed. Beside it, the
+baseline on every seed against unstratified draws of N samples ('baseline_accuracy',
+'generated_accuracy', 'drop'): these mix a selection effect into the drop (the seeds without samples differ in difficulty from the others, in either direction: on 24
 rt-polarity seeds smollm2-135m got 0.58 of all seeds but 0.38 of the 13 contributing ones).
 """
 
@@ -22,10 +21,12 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from lmprobe.errors import LmprobeError
-from lmprobe.methods.mstemp import adversarial, evaluate, fill, paraphrase, templates
+from lmprobe.methods import result
+from lmprobe.methods.mstemp import accuracy, adversarial, fill, paraphrase, templates
 from lmprobe.methods.mstemp import filter as semantic_filter
+from lmprobe.methods.result import Number
 from lmprobe.models import CAUSAL_LM, ENCODER_DECODER
-from lmprobe.store import Stages, note_undefined
+from lmprobe.store import StageTimes, note_undefined
 from lmprobe.text import plural
 
 ATTACKS = adversarial.ATTACKS
@@ -141,9 +142,9 @@ def target_view(target, data, config: Config, *, encoder_pooling: str = "mean") 
     (``predictions``): zero-shot label-word scores, or the probe trained on every seed."""
     if target.is_decoder or getattr(target, "is_encoder_decoder", False):
         names = config.label_names or data.label_names
-        return adversarial.TargetView(lambda texts: evaluate.zero_shot_scores(target, texts, names), _unknown(target))
+        return adversarial.TargetView(lambda texts: accuracy.zero_shot_scores(target, texts, names), _unknown(target))
     seed_z = np.asarray(target.embed(data.texts, pooling=encoder_pooling))
-    probe = evaluate.probe_scores(seed_z, np.asarray(data.labels), len(data.label_names))
+    probe = accuracy.probe_scores(seed_z, np.asarray(data.labels), len(data.label_names))
     return adversarial.TargetView(lambda texts: probe(np.asarray(target.embed(texts, pooling=encoder_pooling))),
                                   _unknown(target))
 
@@ -154,14 +155,14 @@ def predictions(target, data, rows: Sequence[dict], config: Config, *, encoder_p
     if target.is_decoder or getattr(target, "is_encoder_decoder", False):
         names = config.label_names or data.label_names
         how = " (each the decoder's answer to the prompt)" if not target.is_decoder else ""
-        return (evaluate.zero_shot_predictions(target, data.texts, names),
-                evaluate.zero_shot_predictions(target, texts, names),
+        return (accuracy.zero_shot_predictions(target, data.texts, names),
+                accuracy.zero_shot_predictions(target, texts, names),
                 f"zero-shot label-word log-probabilities over {list(names)}{how}")
     seed_z = np.asarray(target.embed(data.texts, pooling=encoder_pooling))
     other_z = np.asarray(target.embed(texts, pooling=encoder_pooling)) if texts else np.zeros((0, seed_z.shape[1]))
-    seed_pred, gen_pred = evaluate.probe_predictions(seed_z, np.asarray(data.labels), other_z, seed=config.seed)
+    seed_pred, gen_pred = accuracy.probe_predictions(seed_z, np.asarray(data.labels), other_z, seed=config.seed)
     return seed_pred, gen_pred, (f"linear probe on frozen {encoder_pooling}-pooled embeddings trained on "
-                                 f"the seeds ({evaluate.FOLDS}-fold cross-validated on the seeds)")
+                                 f"the seeds ({accuracy.FOLDS}-fold cross-validated on the seeds)")
 
 
 def greedy_attack(target, data, rows: list[dict], config: Config, progress: Callable = lambda it, **_: it) -> dict:
@@ -189,9 +190,9 @@ def compare(seed_pred, labels, rows: Sequence[dict], gen_pred, evaluators: Seque
     fair_rng = np.random.default_rng([config.seed, 1])
     for name in evaluators:
         mask = np.asarray([r["evaluator"] == name for r in rows], bool)
-        mean, std = evaluate.fair_accuracy(correct[mask], len(labels), config.repeats, rng)
+        mean, std = accuracy.fair_accuracy(correct[mask], len(labels), config.repeats, rng)
         contributing = np.unique(seeds[mask])
-        fair, fair_std = evaluate.stratified_accuracy(correct[mask], seeds[mask], config.repeats, fair_rng)
+        fair, fair_std = accuracy.stratified_accuracy(correct[mask], seeds[mask], config.repeats, fair_rng)
         fair_baseline = float(seed_correct[contributing].mean()) if len(contributing) else float("nan")
         per_evaluator[name] = {**counts[name], "accuracy": mean, "accuracy_std": std,
                                "accuracy_all_samples": float(correct[mask].mean()) if mask.any() else float("nan"),
@@ -199,7 +200,7 @@ def compare(seed_pred, labels, rows: Sequence[dict], gen_pred, evaluators: Seque
                                "contributing_seeds": len(contributing),
                                "baseline_accuracy_contributing": fair_baseline,
                                "accuracy_stratified": fair, "accuracy_stratified_std": fair_std,
-                               "accuracy_seed_weighted": evaluate.seed_weighted_accuracy(correct[mask], seeds[mask]),
+                               "accuracy_seed_weighted": accuracy.seed_weighted_accuracy(correct[mask], seeds[mask]),
                                "drop_fair": fair_baseline - fair}
         note_undefined(per_evaluator[name], "null: no generated sample of this evaluator", *_EVALUATOR_FIGURES)
     finite = [v for v in per_evaluator.values() if np.isfinite(v["accuracy"])]
@@ -225,13 +226,59 @@ _EVALUATOR_FIGURES = ("accuracy", "accuracy_std", "accuracy_all_samples", "basel
                       "accuracy_stratified", "accuracy_stratified_std", "accuracy_seed_weighted", "drop_fair")
 
 
-def run(target, evaluators: dict, encoder, data, config: Config, *, target_name: str,
-        filter_name: str, cache_dir: str | None = None,
-        progress: Callable = lambda it, **_: it) -> tuple[dict, list[dict]]:
-    """results.json's dict and the sample rows. ``evaluators``: name -> decoder Scorer."""
+@dataclasses.dataclass
+class Generated:
+    """The generated set D' of every evaluator (one row per sample), its counts per evaluator, and how long
+    generating took: what every target is evaluated on."""
+
+    rows: list[dict]
+    counts: dict[str, dict]
+    stages: StageTimes
+
+
+@dataclasses.dataclass
+class Result(result.Result):
+    """One target on the seeds and on the generated samples: the accuracy figures (``compare``), how the
+    target classified, and one row per generated sample with its prediction."""
+
+    target: str
+    evaluators: list[str]
+    filter: str
+    dataset: str
+    label_names: list[str]
+    classifier: str
+    figures: dict
+    n_seed: int
+    rows: list[dict]
+    attack: dict | None
+    timings: dict
+    cached_stages: dict
+    config: Config
+
+    def to_dict(self) -> dict:
+        return {"method": "mstemp", "target": self.target, "evaluators": self.evaluators, "filter": self.filter,
+                "dataset": self.dataset, "label_names": self.label_names, "classifier": self.classifier,
+                **self.figures, "n_seed": self.n_seed, "n_generated": len(self.rows),
+                **({"attack": self.attack} if self.attack is not None else {}),
+                "timings_s": self.timings, "cached_stages": self.cached_stages,
+                "config": dataclasses.asdict(self.config)}
+
+    def numbers(self) -> dict[str, Number]:
+        """The fair comparison (module docstring): the baseline on the contributing seeds, the stratified
+        generated accuracy and their difference, the accuracy drop."""
+        return {f"mstemp_{k}": Number(self.figures[k]) for k in ("fair_baseline_accuracy", "fair_generated_accuracy",
+                                                                   "fair_drop")}
+
+    def samples(self):
+        return iter(self.rows)
+
+
+def generate(evaluators: dict, encoder, data, config: Config, *, cache_dir: str | None = None,
+             progress: Callable = lambda it, **_: it) -> Generated:
+    """Every evaluator's generated set (``evaluators``: name -> decoder Scorer; ``encoder``: the filter)."""
     config.check()
     check_data(data)
-    stages = Stages()
+    stages = StageTimes()
     with stages("generation", "MSTemp samples"):
         parser = templates.TemplateParser(config.tagger, config.slot_kinds)
         pools = fill.word_pools(parser.protected)
@@ -240,22 +287,33 @@ def run(target, evaluators: dict, encoder, data, config: Config, *, target_name:
             part, counts[name] = generate_samples(evaluator, encoder, data, config, name=name, parser=parser,
                                                   pools=pools, cache_dir=cache_dir, progress=progress)
             rows += part
+    return Generated(rows, counts, stages)
 
+
+def evaluate(target, data, generated: Generated, config: Config, *, target_name: str, filter_name: str,
+             progress: Callable = lambda it, **_: it) -> Result:
+    """``target`` on the seeds and on ``generated`` (its rows copied: a greedy attack edits them for this
+    target alone)."""
+    rows = [dict(r) for r in generated.rows]
+    stages = StageTimes(dict(generated.stages.seconds), dict(generated.stages.cached))
     attack_stats = None
     if adversarial.canonical(config.attack) in adversarial.GREEDY:
         with stages("attack"):
             attack_stats = greedy_attack(target, data, rows, config, progress)
-
     with stages("evaluation"):
         seed_pred, gen_pred, how = predictions(target, data, rows, config)
     for r, p in zip(rows, gen_pred):
         r["prediction"] = int(p)
-    figures = compare(seed_pred, data.labels, rows, gen_pred, list(evaluators), counts, config)
-    result = {
-        "method": "mstemp", "target": target_name, "evaluators": list(evaluators), "filter": filter_name,
-        "dataset": data.source, "label_names": list(config.label_names or data.label_names),
-        "classifier": how, **figures, "n_seed": len(data), "n_generated": len(rows),
-        **({"attack": attack_stats} if attack_stats is not None else {}),
-        "timings_s": stages.seconds, "cached_stages": stages.cached, "config": dataclasses.asdict(config),
-    }
-    return result, rows
+    evaluators = list(generated.counts)
+    figures = compare(seed_pred, data.labels, rows, gen_pred, evaluators, generated.counts, config)
+    return Result(target_name, evaluators, filter_name, data.source, list(config.label_names or data.label_names),
+                  how, figures, len(data), rows, attack_stats, stages.seconds, stages.cached, config)
+
+
+def run(target, evaluators: dict, encoder, data, config: Config, *, target_name: str, filter_name: str,
+        cache_dir: str | None = None, progress: Callable = lambda it, **_: it) -> Result:
+    """MSTemp end to end: the evaluators' generated sets (``evaluators``: name -> decoder Scorer), then
+    ``target`` evaluated on them."""
+    generated = generate(evaluators, encoder, data, config, cache_dir=cache_dir, progress=progress)
+    return evaluate(target, data, generated, config, target_name=target_name, filter_name=filter_name,
+                    progress=progress)

@@ -18,7 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from lmprobe.errors import LmprobeError
-from lmprobe.methods import model_key, no_progress
+from lmprobe.methods import model_key, no_progress, result
+from lmprobe.methods.result import Number
 from lmprobe.methods.scope import capabilities, metrics
 from lmprobe.methods.scope.search import Goal, Perturbation, SearchResult, search
 from lmprobe.perturb.constraints import Words
@@ -159,31 +160,99 @@ def _accuracy(reference_name: str, name: str, iid_stats, labels) -> dict | None:
             name: float((iid_stats["target_x"] == labels).mean())}
 
 
-def _metric_row(iid: dict, paired: dict, accuracy: dict | None) -> dict:
-    """A target's results.json row: each metric's headline (mean over trials), std_error,
-    bootstrap interval, and the pairs / examples it counts; per-trial and pooled values of the
-    pair metrics. The IID metrics see the same base samples in every trial: standard error 0."""
-    source = {**{m: iid for m in IID_METRICS}, **{m: paired for m in PAIR_METRICS}}
-    row = {m: source[m][m] for m in metrics.METRICS}
-    row["std_error"] = {m: 0.0 if m in IID_METRICS else paired["std_error"][m] for m in metrics.METRICS}
-    row["intervals"] = {m: source[m]["intervals"][m] for m in metrics.METRICS}
-    row["counts"] = {m: source[m]["counts"][m] for m in metrics.METRICS}
-    row["per_trial"] = {m: paired["per_trial"][m] for m in PAIR_METRICS}
-    row["pooled"] = {m: paired["pooled"][m] for m in PAIR_METRICS}
-    row["trials"] = paired["trials"]
-    if accuracy is not None:
-        row["accuracy"] = accuracy
-    row["pairs"] = paired["pairs"]
-    note_undefined(row, "null: fewer than two trials define the metric (a standard error needs two)", "std_error")
-    note_undefined(row, "null: no bootstrap draw defines the metric", "intervals")
-    return row
+NAMES = {"iid_accuracy_gap": "scope_iid_accuracy_gap", "iid_agreement": "scope_iid_agreement",
+         "ood_agreement": "scope_ood_agreement", "hard_scope": "hard_scope", "soft_scope": "soft_scope"}  # numbers()
 
 
-def compare(reference, targets: dict, texts: Sequence[str], labels, result: SearchResult, config: Config,
-            *, decode: Callable | None = None, progress=lambda it, **_: it) -> tuple[dict, list[dict]]:
-    """Metrics of every target against the reference on the search's pairs ({target: row},
-    _metric_row), and sample rows with every model's outputs."""
-    pairs = result.perturbations
+@dataclasses.dataclass
+class Comparison:
+    """One target against the reference: each metric's headline (mean over trials, its standard error on
+    trials - 1 degrees of freedom; the IID metrics see the same base samples in every trial: standard
+    error 0), bootstrap interval, and the pairs / examples it counts; per-trial and pooled values of the
+    pair metrics."""
+
+    metrics: dict[str, Number]
+    intervals: dict
+    counts: dict
+    per_trial: dict
+    pooled: dict
+    trials: int
+    pairs: int
+    accuracy: dict | None  # the reference's and the target's accuracy on the base samples (labels only)
+
+    @classmethod
+    def of(cls, iid: dict, paired: dict, accuracy: dict | None) -> Comparison:
+        source = {**{m: iid for m in IID_METRICS}, **{m: paired for m in PAIR_METRICS}}
+        df = paired["trials"] - 1 if paired["trials"] > 1 else None
+        return cls({m: Number(source[m][m], 0.0 if m in IID_METRICS else paired["std_error"][m],
+                              None if m in IID_METRICS else df) for m in metrics.METRICS},
+                   {m: source[m]["intervals"][m] for m in metrics.METRICS},
+                   {m: source[m]["counts"][m] for m in metrics.METRICS},
+                   {m: paired["per_trial"][m] for m in PAIR_METRICS}, {m: paired["pooled"][m] for m in PAIR_METRICS},
+                   paired["trials"], paired["pairs"], accuracy)
+
+    def to_dict(self) -> dict:
+        row = {m: n.value for m, n in self.metrics.items()}
+        row["std_error"] = {m: n.stderr for m, n in self.metrics.items()}
+        row.update(intervals=self.intervals, counts=self.counts, per_trial=self.per_trial, pooled=self.pooled,
+                   trials=self.trials)
+        if self.accuracy is not None:
+            row["accuracy"] = self.accuracy
+        row["pairs"] = self.pairs
+        note_undefined(row, "null: fewer than two trials define the metric (a standard error needs two)", "std_error")
+        note_undefined(row, "null: no bootstrap draw defines the metric", "intervals")
+        return row
+
+
+@dataclasses.dataclass
+class Result(result.Result):
+    """SCoPE of one reference and its targets: the search's counts and cost, each target's Comparison,
+    and one sample row per (x, x') pair with every model's outputs."""
+
+    reference: str
+    search: SearchResult
+    search_seconds: float  # those of the run that searched (a cached search keeps them)
+    search_cached: bool
+    targets: dict[str, Comparison]
+    rows: list[dict]
+    config: Config
+    dataset: str | None = None  # the labelled set the base texts came from
+    label_names: list | None = None
+    matrix: dict | None = None  # every reference x target pair of the models (``matrix``)
+
+    def to_dict(self) -> dict:
+        found, n_pairs = self.search, len(self.search.perturbations)
+        out = {"method": "scope", "reference": self.reference, "capability": self.config.capability,
+               "task": self.config.task, "objective": self.config.objective, "n_examples": found.n_examples,
+               "n_perturbed": found.n_perturbed, "n_invariant": found.n_invariant, "n_pairs": n_pairs,
+               "n_invariant_pairs": sum(p.invariant for p in found.perturbations), "skipped": found.skipped,
+               "search": {"seconds": self.search_seconds,
+                          "seconds_per_perturbed_sample": self.search_seconds / max(n_pairs, 1),
+                          "model_calls": found.model_calls, "candidates_scored": found.candidates_scored,
+                          "cached": self.search_cached},
+               "targets": {name: c.to_dict() for name, c in self.targets.items()},
+               "config": dataclasses.asdict(self.config), "dataset": self.dataset, "label_names": self.label_names}
+        if self.matrix is not None:
+            out["matrix"] = self.matrix
+        return out
+
+    def numbers(self, target: str | None = None) -> dict[str, Number]:
+        """The five metrics of ``target`` (default: the only one) against the reference."""
+        if target is None:
+            if len(self.targets) != 1:
+                raise ValueError(f"give the target: this result compares {len(self.targets)}")
+            target = next(iter(self.targets))
+        return {NAMES[m]: n for m, n in self.targets[target].metrics.items()}
+
+    def samples(self):
+        return iter(self.rows)
+
+
+def compare(reference, targets: dict, texts: Sequence[str], labels, found: SearchResult, config: Config,
+            *, decode: Callable | None = None, progress=lambda it, **_: it) -> tuple[dict[str, Comparison], list[dict]]:
+    """Every target against the reference on the search's pairs ({target: Comparison}), and sample rows
+    with every model's outputs."""
+    pairs = found.perturbations
     perturbed = [p.perturbed for p in pairs]
     agreement = "cosine" if config.task == "lm" else "argmax"
     labels = None if labels is None else np.asarray(labels)
@@ -196,28 +265,22 @@ def compare(reference, targets: dict, texts: Sequence[str], labels, result: Sear
         t_xp = ref_xp if target is reference or not pairs else _log_probs(target, perturbed)
         iid, iid_stats = _iid_summary(ref_x, t_x, labels, config, agreement)
         paired = _pair_summary(ref_x, ref_xp, t_x, t_xp, example, trial, config, agreement)
-        out[name] = _metric_row(iid, paired, _accuracy(reference.name, name, iid_stats, labels))
+        out[name] = Comparison.of(iid, paired, _accuracy(reference.name, name, iid_stats, labels))
         for k, p in enumerate(pairs):
             samples[k]["probs"][name] = _probs(target, t_x[p.index], t_xp[k], decode)
     return out, samples
 
 
 def run(reference, targets: dict, texts: Sequence[str], labels, config: Config, *, cache_dir: str | None = None,
-        decode: Callable | None = None, progress=lambda it, **_: it) -> tuple[dict, list[dict]]:
-    """One reference, several targets: (results dict, samples rows)."""
+        decode: Callable | None = None, progress=lambda it, **_: it, dataset: str | None = None,
+        label_names: Sequence[str] | None = None) -> Result:
+    """One reference, several targets: the search (cached under ``cache_dir``), then every target compared."""
     config.check()
     with cache_use(f"{reference.name}: search") as use:
-        result, seconds = cached_search(reference, list(texts), config, cache_dir, progress)
-    compared, samples = compare(reference, targets, texts, labels, result, config, decode=decode, progress=progress)
-    n_pairs = len(result.perturbations)
-    return {"method": "scope", "reference": reference.name, "capability": config.capability, "task": config.task,
-            "objective": config.objective, "n_examples": result.n_examples, "n_perturbed": result.n_perturbed,
-            "n_invariant": result.n_invariant, "n_pairs": n_pairs,
-            "n_invariant_pairs": sum(p.invariant for p in result.perturbations), "skipped": result.skipped,
-            "search": {"seconds": seconds, "seconds_per_perturbed_sample": seconds / max(n_pairs, 1),
-                       "model_calls": result.model_calls, "candidates_scored": result.candidates_scored,
-                       "cached": bool(use.hits)},  # seconds: those of the run that computed it
-            "targets": compared, "config": dataclasses.asdict(config)}, samples
+        found, seconds = cached_search(reference, list(texts), config, cache_dir, progress)
+    compared, samples = compare(reference, targets, texts, labels, found, config, decode=decode, progress=progress)
+    return Result(reference.name, found, seconds, bool(use.hits), compared, samples, config, dataset,
+                  None if label_names is None else list(label_names))
 
 
 def matrix(models: dict, texts: Sequence[str], labels, config: Config, *, cache_dir: str | None = None,
@@ -225,6 +288,7 @@ def matrix(models: dict, texts: Sequence[str], labels, config: Config, *, cache_
     """Every reference x target pair of ``models``: {reference: {target: metrics}}."""
     out = {}
     for name, model in models.items():
-        result, _ = cached_search(model, list(texts), config, cache_dir, progress)
-        out[name], _ = compare(model, models, texts, labels, result, config, progress=progress)
+        found, _ = cached_search(model, list(texts), config, cache_dir, progress)
+        compared, _ = compare(model, models, texts, labels, found, config, progress=progress)
+        out[name] = {target: c.to_dict() for target, c in compared.items()}
     return out

@@ -45,7 +45,7 @@ from lmprobe.methods.synbench.theory import (
     synbench_scores,
     unbiased_squared_distance,
 )
-from lmprobe.store import Array, Stages, cache_key, cached, cached_json, join, require_finite
+from lmprobe.store import Array, StageTimes, cache_key, cached, cached_json, join, require_finite
 
 # --------------------------------------------------------------------------------------
 # Representation side (Sec. 3.2.2)
@@ -271,7 +271,7 @@ def run(rep: Representation, config: Config, *, cache_dir: str | None = None,
     config.check()
     spec = rep.spec(config)
     spec.check()
-    stages = Stages()
+    stages = StageTimes()
     with stages("reference"):
         raw = raw_reference(config, spec)
         check_reference(raw, config)

@@ -18,7 +18,7 @@ from lmprobe.engine.runner import run_here
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import Ticker, icl, loss_data, model_key, no_progress
 from lmprobe.methods.syntextbench import generated as syntextbench_generated
-from lmprobe.store import Array, Stages, cache_key, cached, cached_json, join, require_finite
+from lmprobe.store import Array, StageTimes, cache_key, cached, cached_json, join, require_finite
 
 # The paper does not print its a_T. 0.7 keeps levels whose linear accuracy is clearly above
 # chance and yields scores of the paper's order (0.1-0.2) for sentence encoders.
@@ -183,7 +183,7 @@ def generated_tasks(generator, config: Config, tasks: Tasks | None = None, *, ca
     tasks = tasks or build_tasks(config)
     if not config.generator:
         raise LmprobeError("generated_tasks needs config.generator: the name of the LM that writes the sets")
-    stages = Stages()
+    stages = StageTimes()
     with stages("generation", f"{config.generator}: generating A.2 sets"):
         levels = syntextbench_generated.generated_levels(
             generator, tasks.lists, levels=config.levels, n=config.n, seed=config.seed,
@@ -209,7 +209,7 @@ def run(scorer, config: Config, *, model_name: str, cache_dir: str | None = None
     loss-data baselines (minutes more)."""
     tasks = tasks or build_tasks(config)
     pairs = tasks.levels
-    stages = Stages({"generation": tasks.seconds}, {"generation": tasks.cached} if tasks.cached else {})
+    stages = StageTimes({"generation": tasks.seconds}, {"generation": tasks.cached} if tasks.cached else {})
 
     pooling = config.pooling or default_pooling(scorer)
     with stages("embedding", f"{model_name}: embedding"):
