@@ -14,9 +14,10 @@ prints the versions pip chose, and from an empty directory (nothing of the check
 `lmprobe byod` on SmolLM2 (a finite negation score, through the engine's jitted steps) and
 `lmprobe smoke`. In the newest environment, where transformers pulls in Hugging Face's `kernels`, it
 checks that lmprobe leaves that package whole: importable from the empty directory and from the
-checkout's root, every file `pip show -f kernels` lists there with its RECORD hash, and all of it still
-there and importable after `pip uninstall lmprobe-jax`. With both, the BYOD runs' log perplexities must
-agree to 1e-5. pip's cache is used. Each failure is one line at the end; the exit status is 1 if any.
+checkout's root, every file `pip show -f kernels` lists there with its RECORD hash and no other file in
+site-packages/kernels/, and all of it still there and importable after `pip uninstall lmprobe-jax`.
+With both, the BYOD runs' log perplexities must agree to 1e-5. pip's cache is used. Each failure is
+one line at the end; the exit status is 1 if any.
 """
 
 from __future__ import annotations
@@ -147,13 +148,18 @@ def build_wheel(folder: str) -> str:
     run([sys.executable, "-m", "pip", "wheel", "--no-deps", source, "-w", wheels], os.path.join(folder, "wheel.log"),
         cwd=folder)
     (wheel,) = (os.path.join(wheels, name) for name in os.listdir(wheels))
-    with zipfile.ZipFile(wheel) as z:
-        top = {name.split("/", 1)[0] for name in z.namelist()}
-    others = sorted(name for name in top - {"lmprobe"} if not name.endswith((".dist-info", ".data")))
+    others = foreign_top_level(wheel)
     if others:
         raise Failed(f"the wheel installs top-level names besides lmprobe: {', '.join(others)} "
                      "(setup.cfg [options.packages.find] include)")
     return wheel
+
+
+def foreign_top_level(wheel: str) -> list[str]:
+    """What the wheel puts at the top of site-packages besides lmprobe and its metadata."""
+    with zipfile.ZipFile(wheel) as z:
+        top = {name.split("/", 1)[0] for name in z.namelist()}
+    return sorted(name for name in top - {"lmprobe"} if not name.endswith((".dist-info", ".data")))
 
 
 class Environment:
@@ -264,12 +270,14 @@ class Environment:
         code = "import kernels; print(kernels.get_kernel, kernels.__file__)"
         for where, cwd in (("empty-dir", self.empty), ("checkout", REPO)):
             self.python_c(code, f"import-kernels-from-{where}.log", cwd)
-        self.kernels_files_are_its_own(lmprobe_installed=True)
+        self.kernels_files_are_its_own()
         self.pip("uninstall", "-y", DISTRIBUTION, log="uninstall.log")
         self.python_c(code, "import-kernels-after-uninstall.log", self.empty)
-        self.kernels_files_are_its_own(lmprobe_installed=False)
+        self.kernels_files_are_its_own()
 
-    def kernels_files_are_its_own(self, *, lmprobe_installed: bool) -> None:
+    def kernels_files_are_its_own(self) -> None:
+        """Every file `pip show -f kernels` lists is there with its RECORD hash, and site-packages/kernels/
+        holds no other file (but Python's __pycache__)."""
         shown = self.pip("show", "-f", "kernels", log="show-kernels.log")
         location = re.search(r"^Location: (.+)$", shown, re.M).group(1).strip()
         files = [line.strip() for line in shown.split("\nFiles:", 1)[1].splitlines() if line.strip()]
@@ -285,11 +293,13 @@ class Environment:
                     actual = base64.urlsafe_b64encode(hashlib.sha256(f.read()).digest()).rstrip(b"=").decode()
                 if actual != digest.removeprefix("sha256="):
                     raise Failed(f"{os.path.join(location, path)} is not the file kernels installed (RECORD hash)")
-        if lmprobe_installed:
-            shown = self.pip("show", "-f", DISTRIBUTION, log="show-lmprobe.log")
-            clash = [f.strip() for f in shown.split("\nFiles:", 1)[1].splitlines() if f.strip().startswith("kernels/")]
-            if clash:
-                raise Failed(f"{DISTRIBUTION} installs files into site-packages/kernels/, e.g. {clash[0]}")
+        listed = {os.path.normpath(os.path.join(location, f)) for f in files}
+        for folder, dirs, names in os.walk(os.path.join(location, "kernels")):
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            foreign = [path for path in (os.path.normpath(os.path.join(folder, n)) for n in names)
+                       if path not in listed]
+            if foreign:
+                raise Failed(f"{foreign[0]} is not one of kernels' files (another package wrote into kernels/)")
 
 
 def agreement(newest: Environment, lowest: Environment) -> list[str]:

@@ -77,3 +77,20 @@ def test_lowest_environment_pins_every_runtime_requirement_at_its_lower_bound():
     assert len(pins) == len(runtime)
     for r in runtime:  # each lower bound is inside its own range
         assert r.specifier.contains(lower[_key(r.name)]), r
+
+
+def test_wheel_check_names_every_top_level_name_but_lmprobe(tmp_path):
+    import zipfile
+
+    from tests.install_envs import foreign_top_level
+
+    wheel = tmp_path / "lmprobe_jax-0.1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for name in ("lmprobe/__init__.py", "lmprobe/kernels/bayes.py", "lmprobe_jax-0.1.0.dist-info/RECORD",
+                     "lmprobe_jax-0.1.0.data/scripts/x"):
+            z.writestr(name, "")
+    assert foreign_top_level(str(wheel)) == []
+    with zipfile.ZipFile(wheel, "a") as z:
+        z.writestr("kernels/__init__.py", "")
+        z.writestr("experiments/byod.py", "")
+    assert foreign_top_level(str(wheel)) == ["experiments", "kernels"]
