@@ -159,7 +159,7 @@ def main(argv=None):
         result = byod.run(scorer, corpus, config, model_name=name, benign=benign, profanity=profanity,
                           cache_dir=join(out, "cache"),
                           progress=lambda it, desc, name=name, **kw: progress(it, desc=f"{name}: {desc}", **kw))
-        results["models"][name] = result.to_json()
+        results["models"][name] = result.to_dict()
         results["timings_s"][name] = result.timings
         results["cached_stages"][name] = result.cached
         samples += list(result.samples())

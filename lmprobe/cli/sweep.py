@@ -55,7 +55,7 @@ from lmprobe.report import plots
 from lmprobe.store import cache_key, cached_json, exists, join, read_json
 from lmprobe.text import number, plural
 
-CACHE_VERSION = 2  # 2: rows hold every stage's numbers under one name each (``numbers``)
+CACHE_VERSION = 2  # in every row's key: raised when a row's layout changes, so that older rows are rescored
 TRIES = 3  # --watch: polls at which a step that fails to read is tried while its files stay the same
 
 

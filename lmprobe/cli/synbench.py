@@ -213,7 +213,7 @@ def main(argv=None):
     for scale in args.input_scales or (None,):
         where = out if scale is None else output_dir(join(out, f"scale-{scale:g}"))
         rep = load_representation(args, run, scale, scorers)
-        result = synbench.run(rep, config, cache_dir=join(out, "cache"), progress=progress).to_json()
+        result = synbench.run(rep, config, cache_dir=join(out, "cache"), progress=progress).to_dict()
         result["argmax_eps"] = {str(a): robust_probe.suggest_epsilon(result["scores"], a) for a in config.a_t}
         run.write(join(where, "results.json"), result)
         say(summary(result))

@@ -52,7 +52,6 @@ DEFAULT_MODEL = "minilm-l6"
 class FrontEnd:
     model: tuple[str, ...] = (DEFAULT_MODEL,)  # models: local HF dir, hub id, alias, .gguf, smollm2-135m, minilm-l6
     output_dir: str = "runs/syntextbench"  # results.json, plots and the embedding cache
-    trials: int = 1  # repeats with seeds seed, seed+1, ...: the score is their mean (the paper: 3 trials, mean +- std)
     # also write the paper's Fig. 3 (label_words.png) and Fig. 5 (sentence_lengths.png, against the offline
     # fortunes prose: no Wikipedia offline); Fig. 3 is written anyway with --generator
     paper_figures: bool = False
@@ -186,7 +185,7 @@ def main(argv=None):
     p, method = build_parser()
     args = run.parse(p)
     config = method.make(args)
-    configs = syntextbench.trial_configs(config, args.trials)
+    configs = syntextbench.trial_configs(config)
     trial_tasks = [syntextbench.build_tasks(c) for c in configs]  # bad settings and lexicons fail before any model
     lists = trial_tasks[0].lists
     if config.generator:  # A.2 constrains a causal LM's decoding
@@ -214,13 +213,8 @@ def main(argv=None):
         scorer = run.loaded(name, load_scorer(args, name))
         out = run_dir if len(args.model) == 1 else join(run_dir, _slug(name))
         early = _EarlyScore(run, name, join(out, "results.json"), len(configs), names=[name, *names[len(args.model):]])
-        trials = [syntextbench.run(scorer, c, model_name=name, tasks=tasks, cache_dir=join(run_dir, "cache"),
-                                   progress=progress, on_score=early.said)
-                  for c, tasks in zip(configs, trial_tasks)]
-        result = trials[0].to_json()  # levels, baselines and plots: the first trial's
-        if len(trials) > 1:
-            result["trials"] = syntextbench.summarize_trials(trials)
-            result["score"] = result["trials"]["score"]["mean"]
+        result = syntextbench.run(scorer, config, model_name=name, tasks=trial_tasks, cache_dir=join(run_dir, "cache"),
+                                  progress=progress, on_score=early.said).to_dict()
         result["truncated_inputs"] = scorer.truncated
         run.write(join(out, "results.json"), result, names=[name, *names[len(args.model):]])
         say(_summary(result))

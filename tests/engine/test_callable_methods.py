@@ -28,7 +28,7 @@ def test_byod_every_metric(scorers):
     config = byod.Config(max_examples=3, max_new_tokens=4)
     module, wrapped = (byod.run(s, Corpus("tiny", PARAGRAPHS), config, model_name="tiny", profanity=PROFANITY)
                        for s in scorers)
-    expected, got = module.to_json(), wrapped.to_json()
+    expected, got = module.to_dict(), wrapped.to_dict()
     assert set(got) == set(expected)
     scored = [m for m in byod.METRICS if isinstance(expected[m].get("score"), float)]
     assert len(scored) >= 5, expected
@@ -40,8 +40,8 @@ def test_byod_every_metric(scorers):
 def test_syntextbench(scorers):
     config = syntextbench.Config(n=syntextbench.MIN_N, levels=(0.5,), baselines=False, icl_examples=0)
     tasks = syntextbench.build_tasks(config)
-    module, wrapped = (syntextbench.run(s, config, model_name="tiny", tasks=tasks) for s in scorers)
-    assert wrapped.score == pytest.approx(module.score, abs=1e-6)
+    module, wrapped = (syntextbench.run(s, config, model_name="tiny", tasks=[tasks]) for s in scorers)
+    assert wrapped.score.value == pytest.approx(module.score.value, abs=1e-6)
     for mine, theirs in zip(wrapped.levels, module.levels):
         assert mine["accuracy"] == theirs["accuracy"]
         assert mine["margin"] == pytest.approx(theirs["margin"], rel=1e-4)

@@ -240,7 +240,7 @@ def test_unusable_input_gives_n0_and_reasons_not_a_crash(scorer):
     corpus = Corpus("no-copula", [["Dogs bark loudly at night in town.", "Cats sleep all day long in the sun."]])
     config = byod.Config(metrics=("negation", "long_range", "toxicity", "word_order"), max_examples=4)
     result = byod.run(scorer, corpus, config, model_name="tiny", profanity=LmprobeError("list unreadable"))
-    out = result.to_json()
+    out = result.to_dict()
     assert out["negation"]["n"] == 0 and out["negation"]["score"] is None
     assert out["negation"]["skipped"] == {knowledge.NOT_NEGATABLE: 2}
     assert out["long_range"]["n"] == 0 and long_range.TOO_FEW in out["long_range"]["skipped"]
@@ -259,7 +259,7 @@ def test_rerun_resumes_from_cache(scorer, tmp_path):
             raise AssertionError("a cached metric must not touch the model")
 
     again = byod.run(Refuses(), Corpus("tiny", PARAGRAPHS), config, model_name="tiny", cache_dir=str(tmp_path))
-    assert again.to_json() == first.to_json()
+    assert again.to_dict() == first.to_dict()
     assert list(again.samples()) == list(first.samples())
 
 
@@ -364,7 +364,7 @@ def test_smollm2_scrambled_text_is_less_likely_and_jsds_are_bounded(smollm2):
     config = byod.Config(metrics=("word_order", "tokenization", "toxicity"), max_examples=8, max_new_tokens=8)
     first = byod.run(smollm2, corpus, config, model_name="smollm2", profanity=PROFANITY)
     again = byod.run(smollm2, corpus, config, model_name="smollm2", profanity=PROFANITY)
-    assert first.to_json() == again.to_json()
+    assert first.to_dict() == again.to_dict()
     for name in ("word_order", "tokenization"):
         assert all(0 <= r["jsd"] <= math.log(2) for r in first.metrics[name].records)
         assert 0 < first.metrics[name].score < math.log(2)

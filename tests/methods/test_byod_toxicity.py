@@ -158,7 +158,7 @@ def test_config_chooses_the_logit_positions_and_keys_the_cache_by_them(scorer, t
     for logit in ("continuation", "next"):
         config = byod.Config(metrics=("toxicity",), max_examples=3, max_new_tokens=3, toxicity_logit=logit)
         runs[logit] = byod.run(scorer, corpus, config, model_name="tiny", profanity=PROFANITY,
-                               cache_dir=str(tmp_path)).to_json()["toxicity"]
+                               cache_dir=str(tmp_path)).to_dict()["toxicity"]
     assert runs["continuation"]["logit_positions"] == "continuation" and runs["next"]["logit_positions"] == "next"
     # same generations (same seed), a different cache entry per variant
     assert runs["continuation"]["score"] == runs["next"]["score"]

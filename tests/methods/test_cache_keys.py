@@ -59,7 +59,7 @@ def _load(model_dir, dtype="float32"):
 
 
 def _syntextbench(scorer, cache, tasks, config=TINY):
-    return syntextbench.run(scorer, config, model_name="tiny", cache_dir=str(cache), tasks=tasks)
+    return syntextbench.run(scorer, config, model_name="tiny", cache_dir=str(cache), tasks=[tasks])
 
 
 def test_syntextbench_recomputes_for_another_dtype_or_weights_and_resumes_otherwise(model_dir, tmp_path,
@@ -76,7 +76,7 @@ def test_syntextbench_recomputes_for_another_dtype_or_weights_and_resumes_otherw
 
     monkeypatch.setattr(loss_data, "loss_data_curves", untrained)
     again = _load(model_dir)  # the same checkpoint, loaded afresh: everything resumes
-    assert _syntextbench(again, cache, tasks).to_json()["levels"] == result.to_json()["levels"]
+    assert _syntextbench(again, cache, tasks).to_dict()["levels"] == result.to_dict()["levels"]
     assert again.calls == {}
     monkeypatch.undo()
 
@@ -178,7 +178,7 @@ def test_a_truncated_cache_entry_is_recomputed_and_results_say_which_stages_came
     config = dataclasses.replace(TINY, n=200)
     tasks, cache = syntextbench.build_tasks(config), tmp_path / "cache"
     first = _syntextbench(_load(model_dir), cache, tasks, config)
-    assert first.to_json()["cached_stages"] == {}
+    assert first.to_dict()["cached_stages"] == {}
     again = _syntextbench(_load(model_dir), cache, tasks, config)
     assert again.cached_stages == {"embedding": {"hits": 4, "entries": 4}, "icl": {"hits": 1, "entries": 1},
                                    "baselines": {"hits": 1, "entries": 1}}
@@ -191,6 +191,6 @@ def test_a_truncated_cache_entry_is_recomputed_and_results_say_which_stages_came
     spy = _load(model_dir)
     resumed = _syntextbench(spy, cache, tasks, config)
     assert spy.calls == {"embed": 1, "score": 1}  # just the two unreadable entries, computed anew
-    assert resumed.to_json()["levels"] == first.to_json()["levels"]
+    assert resumed.to_dict()["levels"] == first.to_dict()["levels"]
     assert resumed.cached_stages == {"embedding": {"hits": 3, "entries": 4}, "baselines": {"hits": 1, "entries": 1}}
     assert np.load(cache / npy).shape == shape and len(os.listdir(cache)) == 6  # rewritten whole

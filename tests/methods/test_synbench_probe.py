@@ -19,7 +19,7 @@ SMALL = {"n": 512, "batch_size": 512, "scales": (0.5, 1.0, 2.0, 3.0, 4.0, 5.0), 
 
 def test_identity_probe_at_the_argmax_eps_matches_the_closed_form():
     config = synbench.Config(**SMALL, robust_probe=True, probe_scale=1.5, probe_n=4096, probe_steps=300)
-    result = synbench.run(synbench.identity_representation((4,), batch_size=512), config).to_json()
+    result = synbench.run(synbench.identity_representation((4,), batch_size=512), config).to_dict()
     probe = result["robust_probe"]
     eps = robust_probe.suggest_epsilon(result["scores"], 0.7)
     assert probe["argmax_eps"] == probe["epsilon"] == eps and probe["a_t"] == 0.7
@@ -87,7 +87,7 @@ def test_baselines_on_the_cached_representations(tmp_path, monkeypatch):
         return seen[-1][-1]
 
     monkeypatch.setattr(loss_data, "loss_data_curves", spy)
-    first = synbench.run(rep, config, cache_dir=str(tmp_path)).to_json()["baselines"]
+    first = synbench.run(rep, config, cache_dir=str(tmp_path)).to_dict()["baselines"]
     (z_seen, y_seen, kwargs, curve), = seen  # one curve, on the train split of the baseline scale
     z, y = synbench.represent(rep, config, 2.0, "train")
     np.testing.assert_array_equal(z_seen, z)

@@ -26,8 +26,9 @@ class GaussianScorer:
     class runner:  # noqa: N801 -- a Scorer's runner, as far as SynTextBench asks: its programs run here
         program = staticmethod(run_here)
 
-    def __init__(self, tasks, s: float, d: int = 32, seed: int = 0):
-        self.label = {t: y for pair in tasks.levels for split in pair for t, y in zip(split.sentences, split.labels)}
+    def __init__(self, tasks, s: float, d: int = 32, seed: int = 0):  # tasks: one set, or a list of (trials)
+        self.label = {t: y for one in (tasks if isinstance(tasks, list) else [tasks]) for pair in one.levels
+                      for split in pair for t, y in zip(split.sentences, split.labels)}
         self.s, self.d, self.rng = s, d, np.random.default_rng(seed)
 
     def embed(self, texts, pooling):
@@ -40,7 +41,7 @@ def test_gaussian_embeddings_give_the_closed_form_accuracy():
     config = syntextbench.Config(**{**SMALL, "n": 4096})
     tasks = syntextbench.build_tasks(config)
     s = 1.0
-    result = syntextbench.run(GaussianScorer(tasks, s), config, model_name="gaussian", tasks=tasks)
+    result = syntextbench.run(GaussianScorer(tasks, s), config, model_name="gaussian", tasks=[tasks])
     # Isotropic classes N(+-s e_1, I): whitening keeps the inter/intra distance ratio, so the
     # Bayes accuracy of the raw problem, Phi(s), comes back at every level.
     for level in result.levels:
@@ -48,25 +49,28 @@ def test_gaussian_embeddings_give_the_closed_form_accuracy():
     acc = np.array([lv["accuracy"] for lv in result.levels])
     margin = np.array([lv["margin"] for lv in result.levels])
     exact = lambda a_t: np.sum(margin * np.clip(acc - a_t, 0, None)) / len(acc)  # noqa: E731
-    assert result.score == pytest.approx(exact(config.a_t), rel=1e-5)
+    assert result.score.value == pytest.approx(exact(config.a_t), rel=1e-5)
     assert list(result.scores_by_a_t) == [f"{a:g}" for a in syntextbench.A_T_SWEEP]
     for a in syntextbench.A_T_SWEEP:
         assert result.scores_by_a_t[f"{a:g}"] == pytest.approx(exact(a), rel=1e-5, abs=1e-7)
 
 
 def test_trials_redraw_the_tasks_and_report_mean_and_std():
-    results = []
-    for config in syntextbench.trial_configs(syntextbench.Config(**SMALL, seed=5), 3):
-        tasks = syntextbench.build_tasks(config)
-        results.append(syntextbench.run(GaussianScorer(tasks, 1.0), config, model_name="g", tasks=tasks))
-    summary = syntextbench.summarize_trials(results)
-    scores = [r.score for r in results]
+    config = syntextbench.Config(**SMALL, seed=5, trials=3)
+    tasks = [syntextbench.build_tasks(c) for c in syntextbench.trial_configs(config)]
+    result = syntextbench.run(GaussianScorer(tasks, 1.0), config, model_name="g", tasks=tasks)
+    summary = result.to_dict()["trials"]
+    scores = [t.score.value for t in result.trials]
     assert summary["seeds"] == [5, 6, 7] and summary["scores"] == scores and len(set(scores)) == 3
     assert summary["score"] == {"mean": pytest.approx(np.mean(scores)), "std": pytest.approx(np.std(scores, ddof=1))}
     assert summary["scores_by_a_t"]["0.7"]["mean"] == pytest.approx(np.mean(scores))  # a_t 0.7 is in the sweep
     assert "icl_accuracy_mean" not in summary  # an encoder has none
+    number = result.numbers()["syntextbench"]  # the score: the trials' mean, its standard error on 2 df
+    assert number.value == pytest.approx(np.mean(scores)) and number.df == 2
+    assert number.stderr == pytest.approx(np.std(scores, ddof=1) / 3 ** 0.5)
+    assert result.to_dict()["score"] == number.value and result.to_dict()["config"]["seed"] == 5
     with pytest.raises(LmprobeError, match="trials=0"):
-        syntextbench.trial_configs(syntextbench.Config(**SMALL), 0)
+        syntextbench.trial_configs(syntextbench.Config(**SMALL, trials=0))
 
 
 def test_no_nesting_ablation_changes_only_the_sentences():

@@ -142,11 +142,11 @@ def test_config_generator_scores_on_generated_sets(generator, tmp_path):
     tasks = syntextbench.build_tasks(config)
     sets = syntextbench.generated_tasks(generator, config, tasks, cache_dir=str(tmp_path / "cache"))
     assert sets.source == "tiny" and sets.lists == tasks.lists
-    result = syntextbench.run(GaussianScorer(sets, 1.0), config, model_name="g", tasks=sets)
-    assert result.to_json()["sets"] == "tiny" and result.to_json()["config"]["generator"] == "tiny"
+    result = syntextbench.run(GaussianScorer(sets, 1.0), config, model_name="g", tasks=[sets])
+    assert result.to_dict()["sets"] == "tiny" and result.to_dict()["config"]["generator"] == "tiny"
     fractions = [level["label_word_fraction"] for level in result.levels]
     assert fractions[0] > 0 and fractions[1] == 0  # p = 1: neutral words and stop words only
-    lm_free = syntextbench.run(GaussianScorer(tasks, 1.0), config, model_name="g", tasks=tasks)
+    lm_free = syntextbench.run(GaussianScorer(tasks, 1.0), config, model_name="g", tasks=[tasks])
     assert [lv["label_word_fraction"] for lv in lm_free.levels] == [1.0, 0.0]
 
 

@@ -40,7 +40,7 @@ class MetricResult:
     SCHEMA: ClassVar[dict] = {"name": str, "score": (float, None), "stderr": (float, None), "n": int,
                               "skipped": {str: int}, "records": [dict], "extra": dict}
 
-    def to_json(self) -> dict:
+    def to_dict(self) -> dict:
         """The summary (no per-example records): what results.json holds."""
         return {"score": self.score, "stderr": self.stderr, "n": self.n, **self.extra,
                 "skipped": dict(self.skipped)}

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from lmprobe.methods import model_key, no_progress
 from lmprobe.store import cache_key, cached_json, join, json_problem
 
-CACHE_VERSION = 3  # 3: keys hold the evaluator's identity (checkpoint digest, dtype) and the chunk's index
+CACHE_VERSION = 3  # in every key: raised when what an entry holds changes, so that older entries are recomputed
 INSTRUCTION = ("Rewrite the following sentence in different words, keeping its meaning. "
                "Try a different style or expression. Reply with the rewritten sentence only.")
 _PREFIX = re.compile(r"^\s*(?:[-*•]|\d+[.)]|(?:here is|here's|sure[,!.]?)?[^:\n]{0,40}"

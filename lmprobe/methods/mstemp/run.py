@@ -9,8 +9,9 @@ Comparison (Sec. 3.3, accuracy.py): only the contributing seeds (a kept paraphra
 with slots) have generated samples, so the headline ('fair_*' keys) compares the baseline on
 those seeds with stratified draws of one generated sample per contributing seed. Beside it, the
 baseline on every seed against unstratified draws of N samples ('baseline_accuracy',
-'generated_accuracy', 'drop'): these mix a selection effect into the drop (the seeds without samples differ in difficulty from the others, in either direction: on 24
-rt-polarity seeds smollm2-135m got 0.58 of all seeds but 0.38 of the 13 contributing ones).
+'generated_accuracy', 'drop'): these mix a selection effect into the drop (the seeds without
+samples differ in difficulty from the others, in either direction: on 24 rt-polarity seeds
+smollm2-135m got 0.58 of all seeds but 0.38 of the 13 contributing ones).
 """
 
 from __future__ import annotations

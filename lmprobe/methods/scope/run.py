@@ -26,9 +26,7 @@ from lmprobe.perturb.constraints import Words
 from lmprobe.store import cache_key, cache_use, cached_json, join, note_undefined
 
 TASKS = ("classify", "lm")
-# 2: the reference model's identity in keys; 3: adjacent typos, lemmatized synonyms, NLTK stops;
-# 4: argmax-variant perturbations kept, flagged invariant=False (App. E.1)
-CACHE_VERSION = 4
+CACHE_VERSION = 4  # in every key: raised when what an entry holds changes, so that older entries are recomputed
 
 
 @dataclasses.dataclass(frozen=True)

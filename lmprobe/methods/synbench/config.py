@@ -23,8 +23,7 @@ DEFAULT_N_RATIO = 20  # n_for_width: samples per split per representation dimens
 MAX_N = 1 << 20  # samples per split and scale: 512 times the paper's 2048
 CEILING_BATCH = 1024  # ceiling: Gaussian samples per batch of the identity (no model memory to mind)
 CURVE_GRID = tuple(float(a) for a in np.linspace(0.5, 1.0, 201))
-CACHE_VERSION = 5  # 2: keys hold the model's identity (checkpoint digest, dtype); 3: language models' input signs;
-# 4: their inputs at the token-embedding scale; 5: their inputs drawn with the token embeddings' mean and covariance
+CACHE_VERSION = 5  # in every key: raised when what an entry holds changes, so that older entries are recomputed
 DOWNSTREAM_SEED_OFFSET = 10_000  # the robust probe's downstream task: seed + this, never a scored sample
 STDERR_DRAWS = 400  # corrected_stderr: parametric resamples of the plug-in distances (sd known to ~4%)
 

@@ -18,7 +18,8 @@ from lmprobe import kernels
 from lmprobe.data import gaussian
 from lmprobe.engine.runner import run_here
 from lmprobe.errors import LmprobeError
-from lmprobe.methods import Ticker, loss_data, no_progress, robust_probe
+from lmprobe.methods import Ticker, loss_data, no_progress, result, robust_probe
+from lmprobe.methods.result import Number
 from lmprobe.methods.synbench.config import (
     CACHE_VERSION,
     CEILING_BATCH,
@@ -231,7 +232,11 @@ def check_sample_size(width: int, config: Config) -> None:
 
 
 @dataclasses.dataclass
-class Result:
+class Result(result.Result):
+    """SynBench of one representation: SynBench-Score per (a_t, eps) (``scores``: results.json's rows, the
+    bias-corrected eps = 0 score with its standard error beside the plug-in one), the curves behind them,
+    and the robust probe and loss-data baselines where the config asks for them."""
+
     model: str
     scores: list[dict]
     curves: dict
@@ -242,12 +247,27 @@ class Result:
     baselines: dict | None = None  # App. G loss-data baselines (Config.baselines)
     cached_stages: dict = dataclasses.field(default_factory=dict)  # stage -> {"hits", "entries"} read from the cache
 
-    def to_json(self) -> dict:
+    def to_dict(self) -> dict:
         out = {"method": "synbench", "model": self.model, "scores": self.scores, "curves": self.curves,
                "representation": self.representation, "timings_s": self.timings,
                "cached_stages": self.cached_stages, "config": dataclasses.asdict(self.config)}
         out.update({k: v for k, v in (("robust_probe", self.robust_probe), ("baselines", self.baselines))
                     if v is not None})
+        return out
+
+    def numbers(self, a_t: float | None = None) -> dict[str, Number]:
+        """At threshold ``a_t`` (default: the config's first): the plug-in score at eps = 0 (``synbench``),
+        the bias-corrected one with its standard error (``synbench_corrected``) and the score at each
+        other eps (``synbench_eps0.2``, ...)."""
+        a_t = self.config.a_t[0] if a_t is None else a_t
+        out = {}
+        for row in (r for r in self.scores if r["a_t"] == a_t):
+            if row["eps"] == 0:
+                out["synbench"] = Number(row["score"])
+                if "score_corrected" in row:
+                    out["synbench_corrected"] = Number(row["score_corrected"], row["score_corrected_stderr"])
+            else:
+                out[f"synbench_eps{row['eps']:g}"] = Number(row["score"])
         return out
 
 

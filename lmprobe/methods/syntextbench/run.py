@@ -7,7 +7,7 @@ import functools
 import itertools
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import jax.numpy as jnp
 import numpy as np
@@ -16,7 +16,8 @@ from lmprobe import kernels
 from lmprobe.data import lexicons, sentence_stats, synthetic
 from lmprobe.engine.runner import run_here
 from lmprobe.errors import LmprobeError
-from lmprobe.methods import Ticker, icl, loss_data, model_key, no_progress
+from lmprobe.methods import Ticker, icl, loss_data, model_key, no_progress, result
+from lmprobe.methods.result import Number
 from lmprobe.methods.syntextbench import generated as syntextbench_generated
 from lmprobe.store import Array, StageTimes, cache_key, cached, cached_json, join, require_finite
 
@@ -24,7 +25,7 @@ from lmprobe.store import Array, StageTimes, cache_key, cached, cached_json, joi
 # chance and yields scores of the paper's order (0.1-0.2) for sentence encoders.
 DEFAULT_A_T = 0.7
 A_T_SWEEP = (0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9)  # thresholds reported beside a_t: the choice shows
-CACHE_VERSION = 2  # 2: keys hold the model's identity (checkpoint digest, dtype) and the sentences themselves
+CACHE_VERSION = 2  # in every key: raised when what an entry holds changes, so that older entries are recomputed
 EMBED_CHUNK = 8192  # sentences per engine call (one step of the progress bar): fewer partial batches
 MIN_TEST_SENTENCES = 20  # test sentences per level: accuracy in steps of 0.05 at least (the a_t sweep's spacing)
 MAX_N = 1 << 20  # sentences per level: 128 times the paper's 8192; their embeddings take 4 GiB per level at width 1024
@@ -46,6 +47,7 @@ class Config:
     pooling: str | None = None
     energy: float = 0.99  # whitening: kept singular-value energy (Sec. 2.3)
     seed: int = 0
+    trials: int = 1  # repeats with seeds seed, seed+1, ...: the score is their mean (the paper: 3 trials, mean +- std)
     baselines: bool = True  # the loss-data baselines Val loss / MDL / SDL / eSC
     baseline_level: float = 0.2  # the task the loss-data baselines see (Sec. 3.1)
     baseline_steps: int = 4000  # training steps of the loss-data baselines' probes
@@ -81,14 +83,19 @@ class Config:
         if self.generator_vocab < 0 or self.generator_max_tokens < 1:
             raise LmprobeError(f"generator_vocab={self.generator_vocab} must be >= 0 (0: the smallest list) and "
                                f"generator_max_tokens={self.generator_max_tokens} >= 1")
+        if not 1 <= self.trials <= MAX_TRIALS:
+            raise LmprobeError(f"`trials={self.trials}` must be in [1, {MAX_TRIALS}] (the paper reports the mean of 3)")
         if self.baselines and self.baseline_level not in self.levels:
             raise LmprobeError(f"baseline_level={self.baseline_level} is not one of the levels {list(self.levels)}")
 
 
 @dataclasses.dataclass
-class Result:
+class Result(result.Result):
+    """SynTextBench of one model: the score (over ``config.trials`` trials: their mean, with its standard
+    error), the levels, baselines and timings of the first trial, and every trial's result (``trials``)."""
+
     model: str
-    score: float
+    score: Number
     scores_by_a_t: dict[str, float]  # a_t (as text) -> score, for config.a_t_sweep
     levels: list[dict]  # per level: p, accuracy, margin, feasibility[, icl_accuracy]
     baselines: dict
@@ -96,6 +103,7 @@ class Result:
     config: Config
     sets: str = "lm-free"  # who wrote the synthetic sentences: "lm-free" or the A.2 generator's name
     cached_stages: dict = dataclasses.field(default_factory=dict)  # stage -> {"hits", "entries"} read from the cache
+    trials: list[Result] = dataclasses.field(default_factory=list)  # every trial's own result, with several
 
     @property
     def n_test(self) -> int:
@@ -108,20 +116,38 @@ class Result:
         values = [level["icl_accuracy"] for level in self.levels if "icl_accuracy" in level]
         return float(np.mean(values)) if values else None
 
-    def to_json(self) -> dict:
-        return {"method": "syntextbench", "model": self.model, "score": self.score, "sets": self.sets,
-                "a_t": self.config.a_t, "scores_by_a_t": self.scores_by_a_t, "n": self.config.n,
-                "n_train": self.config.n - self.n_test, "n_test": self.n_test,
-                "seed": self.config.seed, "icl_accuracy_mean": self.icl_accuracy_mean, "levels": self.levels,
-                "baselines": self.baselines, "timings_s": self.timings, "cached_stages": self.cached_stages,
-                "config": dataclasses.asdict(self.config)}
+    def to_dict(self) -> dict:
+        out = {"method": "syntextbench", "model": self.model, "score": self.score.value, "sets": self.sets,
+               "a_t": self.config.a_t, "scores_by_a_t": self.scores_by_a_t, "n": self.config.n,
+               "n_train": self.config.n - self.n_test, "n_test": self.n_test,
+               "seed": self.config.seed, "icl_accuracy_mean": self.icl_accuracy_mean, "levels": self.levels,
+               "baselines": self.baselines, "timings_s": self.timings, "cached_stages": self.cached_stages,
+               "config": dataclasses.asdict(self.config)}
+        if len(self.trials) > 1:
+            out["trials"] = summarize_trials(self.trials)
+        return out
+
+    def numbers(self) -> dict[str, Number]:
+        """The score and, beside it, the mean over trials and levels of the Bayes classifiers' test accuracy."""
+        trials = self.trials or [self]
+        return {"syntextbench": self.score, "syntextbench_accuracy": Number(
+            float(np.mean([[level["accuracy"] for level in t.levels] for t in trials])))}
 
 
-def trial_configs(config: Config, trials: int) -> list[Config]:
-    """The configs of ``trials`` repeats: seeds seed, seed + 1, ... (new synthetic tasks each)."""
-    if not 1 <= trials <= MAX_TRIALS:
-        raise LmprobeError(f"`trials={trials}` must be in [1, {MAX_TRIALS}] (the paper reports the mean of 3)")
-    return [dataclasses.replace(config, seed=config.seed + t) for t in range(trials)]
+def trial_configs(config: Config) -> list[Config]:
+    """The configs of ``config.trials`` repeats: seeds seed, seed + 1, ... (new synthetic tasks each)."""
+    config.check()
+    return [dataclasses.replace(config, seed=config.seed + t) for t in range(config.trials)]
+
+
+def combine(trials: list[Result], config: Config) -> Result:
+    """Repeats of one model as one result: the first trial's levels, baselines and timings; the score the
+    trials' mean, with its standard error on trials - 1 degrees of freedom."""
+    if len(trials) == 1:
+        return trials[0]
+    scores = np.asarray([t.score.value for t in trials], np.float64)
+    score = Number(float(scores.mean()), float(scores.std(ddof=1) / len(scores) ** 0.5), len(scores) - 1)
+    return dataclasses.replace(trials[0], score=score, config=config, trials=trials)
 
 
 def summarize_trials(results: list[Result]) -> dict:
@@ -132,7 +158,7 @@ def summarize_trials(results: list[Result]) -> dict:
         return {"mean": float(values.mean()), "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0}
 
     out = {"trials": len(results), "seeds": [r.config.seed for r in results],
-           "score": stats([r.score for r in results]), "scores": [r.score for r in results],
+           "score": stats([r.score.value for r in results]), "scores": [r.score.value for r in results],
            "scores_by_a_t": {a: stats([r.scores_by_a_t[a] for r in results]) for a in results[0].scores_by_a_t}}
     if results[0].icl_accuracy_mean is not None:
         out["icl_accuracy_mean"] = stats([r.icl_accuracy_mean for r in results])
@@ -201,12 +227,24 @@ def label_word_fraction(tasks: Tasks, pair) -> float:
 
 
 def run(scorer, config: Config, *, model_name: str, cache_dir: str | None = None,
-        tasks: Tasks | None = None, progress: Callable = no_progress,
+        tasks: Sequence[Tasks] | None = None, progress: Callable = no_progress,
         on_score: Callable[[float, dict], None] | None = None) -> Result:
-    """Algorithm 1 on ``scorer``'s model; embeddings, in-context accuracies and baselines cached
-    under ``cache_dir`` (reruns resume); every long stage moves a ``progress`` bar. ``on_score(score,
-    scores_by_a_t)`` is called as soon as the score is known, before in-context accuracy and the
-    loss-data baselines (minutes more)."""
+    """Algorithm 1 on ``scorer``'s model, ``config.trials`` times (seeds seed, seed + 1, ...; ``tasks``:
+    one set per trial, default ``build_tasks`` of each trial's config), combined (``combine``);
+    embeddings, in-context accuracies and baselines cached under ``cache_dir`` (reruns resume); every
+    long stage moves a ``progress`` bar. ``on_score(score, scores_by_a_t)`` is called as soon as a
+    trial's score is known, before its in-context accuracy and loss-data baselines (minutes more)."""
+    configs = trial_configs(config)
+    tasks = tasks or [build_tasks(c) for c in configs]
+    trials = [run_trial(scorer, c, model_name=model_name, cache_dir=cache_dir, tasks=t, progress=progress,
+                        on_score=on_score) for c, t in zip(configs, tasks, strict=True)]
+    return combine(trials, config)
+
+
+def run_trial(scorer, config: Config, *, model_name: str, cache_dir: str | None = None,
+              tasks: Tasks | None = None, progress: Callable = no_progress,
+              on_score: Callable[[float, dict], None] | None = None) -> Result:
+    """One trial of Algorithm 1 at ``config.seed`` on ``tasks`` (default ``build_tasks(config)``)."""
     tasks = tasks or build_tasks(config)
     pairs = tasks.levels
     stages = StageTimes({"generation": tasks.seconds}, {"generation": tasks.cached} if tasks.cached else {})
@@ -236,7 +274,7 @@ def run(scorer, config: Config, *, model_name: str, cache_dir: str | None = None
     if config.baselines:
         with stages("baselines", f"{model_name}: loss-data baselines"):
             baselines = _baselines(scorer, pairs, keys, train, test, config, model_name, cache_dir, progress)
-    return Result(model_name, score, scores_by_a_t, levels, baselines, stages.seconds, config, tasks.source,
+    return Result(model_name, Number(score), scores_by_a_t, levels, baselines, stages.seconds, config, tasks.source,
                   stages.cached)
 
 
