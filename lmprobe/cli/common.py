@@ -249,6 +249,31 @@ def front_end(p: flags.Parser, cls, **kwargs) -> flags.Flags:
     return flags.add(p, cls, group=FRONT_END, **kwargs)
 
 
+STAGE_SETTINGS = "stage settings (lmprobe.methods.stages.Settings: each method's Config, as the stages run it)"
+
+
+def stage_settings(p: flags.Parser, *, defaults: dict | None = None, help: dict | None = None) -> None:
+    """The flags of lmprobe.methods.stages.Settings by their flat names (``stages.FLAT``: a field of a method's
+    Config, its type and meaning declared there, at the stages' default; and the stages' own fields), for
+    ``stages.Settings.of(args)``. ``defaults`` / ``help``: by flat name."""
+    from lmprobe.methods import stages
+
+    defaults, help, base = defaults or {}, help or {}, stages.Settings()
+    by_method: dict[str, dict[str, str]] = {}
+    for name, (method, field) in stages.FLAT.items():
+        by_method.setdefault(method, {})[field] = name
+    for method, names in by_method.items():
+        config = getattr(base, method)
+        notes = flags.comments(type(config))
+        flags.add(p, type(config), group=STAGE_SETTINGS, fields=tuple(names), names=names,
+                  defaults={f: defaults.get(name, getattr(config, f)) for f, name in names.items()},
+                  help={f: help.get(name) or f"{method}: {notes.get(f, f)}" for f, name in names.items()})
+    own = tuple(f.name for f in dataclasses.fields(stages.Settings) if f.name not in stages.METHODS)
+    flags.add(p, stages.Settings, group=STAGE_SETTINGS, fields=own, shared=("seed", "batch_size"),
+              defaults={k: v for k, v in defaults.items() if k in own},
+              help={k: v for k, v in help.items() if k in own})
+
+
 def parse(p: flags.Parser, argv=None):
     """``p.parse_args(argv)``, then join the multi-process job if this is one (before any device
     is touched: a device query first would fix a one-process job), then set up logging."""

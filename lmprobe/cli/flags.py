@@ -347,8 +347,8 @@ def as_flags(message: str, settings: dict[str, str]) -> str:
 
 def add(parser: Parser, cls, *, group: str | None = None, help: dict | None = None, names: dict | None = None,
         aliases: dict | None = None, choices: dict | None = None, convert: dict | None = None,
-        defaults: dict | None = None, shared=()) -> Flags:
-    """A flag per field of dataclass ``cls`` in argument group ``group``.
+        defaults: dict | None = None, shared=(), fields: tuple[str, ...] | None = None) -> Flags:
+    """A flag per field of dataclass ``cls`` (of ``fields`` alone, when given) in argument group ``group``.
 
     ``help`` / ``defaults`` / ``choices``: per-field overrides; ``names``: field -> flag name (dest);
     ``aliases``: field -> extra option string(s) ('--eps'); ``convert``: field -> text -> value
@@ -360,7 +360,7 @@ def add(parser: Parser, cls, *, group: str | None = None, help: dict | None = No
     hints, notes, target = typing.get_type_hints(cls), comments(cls), parser.group(group)
     dests = {}
     for f in dataclasses.fields(cls):
-        if not f.init:
+        if not f.init or (fields is not None and f.name not in fields):
             continue
         name = names.get(f.name, f.name)
         dests[f.name] = name

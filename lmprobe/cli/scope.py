@@ -53,9 +53,9 @@ from lmprobe.cli import common, flags
 from lmprobe.cli.common import log, main_guard, output_dir, progress, say
 from lmprobe.data.labelled import DEFAULT, evaluation_split, load_labelled, named_dataset
 from lmprobe.errors import LmprobeError
+from lmprobe.methods import scope as scope_method
 from lmprobe.methods.scope import build as scope_build
 from lmprobe.methods.scope import capabilities, metrics, training
-from lmprobe.methods.scope import run as scope_run
 from lmprobe.models import CAUSAL_LM
 from lmprobe.report import scope_plots
 from lmprobe.report.plots import draw
@@ -93,8 +93,8 @@ def build_parser():
     p = common.parser(__doc__, "scope")
     common.front_end(p, FrontEnd, choices={"head": scope_build.CLASSIFIER_HEADS},
                   convert=dict.fromkeys(("max_examples", "max_train", "samples"), flags.bounded(1)))
-    method = common.method(p, scope_run.Config, aliases={"n_bootstrap": "--bootstrap"},
-                        choices={"capability": tuple(capabilities.CAPABILITIES), "task": scope_run.TASKS,
+    method = common.method(p, scope_method.Config, aliases={"n_bootstrap": "--bootstrap"},
+                        choices={"capability": tuple(capabilities.CAPABILITIES), "task": scope_method.TASKS,
                                  "objective": ("l1", "kl")})
     train = common.method(p, training.TrainConfig, help=TRAIN_HELP, defaults={"learning_rate": None},
                        names={"batch_size": "train_batch_size", "head": "head_layout"},
@@ -138,7 +138,7 @@ def _summary(result: dict) -> str:
     return "\n".join(rows)
 
 
-def _scope(args, config, train_config, train, test, load_scorer, cache: str | None) -> scope_run.Result:
+def _scope(args, config, train_config, train, test, load_scorer, cache: str | None) -> scope_method.Result:
     """The reference and the models built (``load_scorer(name)``: a name's Scorer) and compared, with every
     pair's comparison under --matrix."""
     build = scope_build.Models(load_scorer, task=args.task, head=args.head, train=train, train_config=train_config,
@@ -146,15 +146,15 @@ def _scope(args, config, train_config, train, test, load_scorer, cache: str | No
     reference = build(args.reference)
     texts, labels, decode = test.texts, test.labels, None
     if args.task == "lm":
-        texts, labels = scope_run.lm_examples(test.texts, reference.scorer.tokenizer)
+        texts, labels = scope_method.lm_examples(test.texts, reference.scorer.tokenizer)
         decode = reference.scorer.tokenizer.decode
     target_models = {name: build(name) for name in args.model}
-    result = scope_run.run(reference, target_models, texts, labels, config, cache_dir=cache, decode=decode,
+    result = scope_method.run(reference, target_models, texts, labels, config, cache_dir=cache, decode=decode,
                            progress=progress, dataset=test.source,
                            label_names=test.label_names if args.task == "classify" else None)
     if args.matrix:
         everyone = {args.reference: reference, **target_models}
-        result.matrix = scope_run.matrix(everyone, texts, labels, config, cache_dir=cache, progress=progress)
+        result.matrix = scope_method.matrix(everyone, texts, labels, config, cache_dir=cache, progress=progress)
     return result
 
 

@@ -51,6 +51,7 @@ from lmprobe.data import corpus as corpus_lib
 from lmprobe.errors import CheckpointError, LmprobeError
 from lmprobe.integrations.own_model import OwnModel
 from lmprobe.methods import stages as stages_lib
+from lmprobe.methods.result import Number
 from lmprobe.report import plots
 from lmprobe.store import cache_key, cached_json, exists, join, read_json
 from lmprobe.text import number, plural
@@ -80,12 +81,8 @@ def build_parser():
     p = common.parser(__doc__, "sweep")
     common.front_end(p, FrontEnd, convert={"until_step": flags.bounded(0), "poll_s": flags.bounded(0, base=float),
                                              "watch_s": flags.bounded(0, base=float)})
-    counts = ("syntextbench_n", "byod_examples", "heldout_texts", "heldout_chars", "probe_train", "probe_test",
-              "zero_shot_examples")
-    common.front_end(p, stages_lib.Settings, shared=("seed", "batch_size"), defaults={"heldout_texts": 200},
-                  help={"heldout_texts": "held-out documents scored (the first ones of --heldout)"},
-                  convert={**dict.fromkeys(counts, flags.bounded(1)), "synbench_n": flags.bounded(8),
-                           "synbench_scales": flags.bounded(0, base=float, strict=True)})
+    common.stage_settings(p, defaults={"heldout_texts": 200},
+                          help={"heldout_texts": "held-out documents scored (the first ones of --heldout)"})
     return p
 
 
@@ -216,7 +213,7 @@ def score(found, args, stages, inputs, run_dir: str, run: common.Run) -> dict:
     found_numbers, seconds = stages_lib.run(stages, scorer, stages_lib.Settings.of(args), inputs, name=found.path,
                                             run_dir=run_dir, progress=progress)
     row = {"step": found.step, "checkpoint": found.path, "format": found.format,
-           "numbers": {k: _interval(n) for k, n in stages_lib.numbers(found_numbers).items()},
+           "numbers": {k: _interval(n) for k, n in found_numbers.items()},
            "seconds": {"load": load_s, **seconds}}
     row["seconds"]["total"] = time.perf_counter() - start
     return row
@@ -227,7 +224,7 @@ ROW_SCHEMA = {"step": int, "checkpoint": str, "format": str, "numbers": {str: IN
               "seconds": {str: float}}  # a step's row as ``score`` writes it (lmprobe.store.json_problem)
 
 
-def _interval(number: stages_lib.Number) -> dict:
+def _interval(number: Number) -> dict:
     low, high = number.interval() or (None, None)
     return {"value": number.value, "stderr": number.stderr, "low": low, "high": high}
 
@@ -251,7 +248,7 @@ def scored(found, args, stages, inputs, run_dir: str, run: common.Run) -> dict |
             return _vanished(found, e)
         raise Failed(f"its files cannot be read ({reason(e)})") from e
     key = cache_key(step=found.step, files=files, stages=list(stages),
-                    settings=dataclasses.asdict(stages_lib.Settings.of(args)),
+                    settings=stages_lib.Settings.of(args).flat(),
                     heldout=inputs.heldout and cache_key(texts=inputs.heldout), version=CACHE_VERSION)
     try:
         row = cached_json(join(run_dir, "steps", f"step-{found.step}-{key}.json"),
@@ -430,7 +427,8 @@ def main(argv=None):
         check_own_model(run.user, found, stages)
     run_dir = output_dir(args.output_dir)
     drawn = _earlier_rows(join(run_dir, "results.json"))
-    inputs = stages_lib.load_inputs(stages, stages_lib.Settings.of(args), heldout=load_heldout(args))
+    inputs = stages_lib.load_inputs(stages, stages_lib.Settings.of(args), heldout=load_heldout(args),
+                                    load_model=lambda name: run.loaded(name, common.load_scorer(args, name)))
     steps = Steps()
     try:
         with common.one_model_at_a_time():

@@ -34,7 +34,7 @@ import os
 import resource
 import time
 
-from lmprobe.cli import common, flags
+from lmprobe.cli import common
 from lmprobe.cli.common import main_guard, output_dir, progress, say
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import stages as stages_lib
@@ -59,15 +59,7 @@ class FrontEnd:
 def build_parser():
     p = common.parser(__doc__, "validate")
     common.front_end(p, FrontEnd)
-    counts = ("byod_examples", "probe_train", "probe_test", "zero_shot_examples", "heldout_texts", "heldout_chars",
-              "syntextbench_trials", "syntextbench_n")
-    flags.add(p, stages_lib.Settings, group=common.FRONT_END, shared=("seed", "batch_size"),
-              defaults={"syntextbench_trials": 3},
-              convert={**dict.fromkeys(counts, flags.bounded(1)), "synbench_n": flags.bounded(8),
-                       "synbench_n_per_width": flags.bounded(2), "zero_shot_chars": flags.bounded(0),
-                       "synbench_scales": flags.bounded(0, base=float, strict=True),
-                       "synbench_input_scales": flags.bounded(0, base=float, strict=True),
-                       "tweets_min_confidence": flags.bounded(0, 1, base=float)})
+    common.stage_settings(p, defaults={"syntextbench_trials": 3})
     return p
 
 
@@ -239,7 +231,8 @@ def main(argv=None):
     started = time.perf_counter()
     run_dir = output_dir(args.output_dir)
     settings = stages_lib.Settings.of(args)
-    inputs = stages_lib.load_inputs(stages, settings)  # every labelled set and corpus, before any model loads
+    inputs = stages_lib.load_inputs(stages, settings,  # every labelled set and corpus, before the models load
+                                    load_model=lambda name: run.loaded(name, common.load_scorer(args, name)))
     records, widths = [], {}
     with common.one_model_at_a_time():
         for entry in todo:

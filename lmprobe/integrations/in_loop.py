@@ -66,7 +66,9 @@ class ProxyCallback:
     texts, for BYOD and the held-out loss; ``heldout``: the held-out texts (default
     ``heldout_texts`` documents of the corpus: pass texts the model does not train on).
     ``mesh`` / ``data_axes``: the trainer's mesh and the axes a batch is split over (the Scorer's).
-    ``batch_size`` is per device; ``max_length`` caps the context the proxies use.
+    ``batch_size`` is per device; ``max_length`` caps the context the proxies use. ``settings``: any other
+    stage setting by its flat name (lmprobe.methods.stages.FLAT), e.g. ``scope_reference="smollm2-135m"``
+    for the scope method.
     """
 
     def __init__(self, tokenizer, run_dir: str | None = None, *, methods: Sequence[str] = DEFAULT_METHODS,
@@ -75,7 +77,7 @@ class ProxyCallback:
                  examples: int = 32, syntextbench_n: int = syntextbench.MIN_N,
                  syntextbench_levels: Sequence[float] = (0.0, 0.2, 0.4, 0.6, 0.8),
                  synbench_n: int = 512, synbench_scales: Sequence[float] = (1.0, 5.0), batch_size: int = 16,
-                 max_length: int = 256, buckets: Sequence[int] = BUCKETS):
+                 max_length: int = 256, buckets: Sequence[int] = BUCKETS, **settings):
         unknown = [m for m in methods if m not in stages.STAGES]
         if unknown or not methods:
             raise LmprobeError(f"ProxyCallback: unknown method(s) {unknown or '(none given)'}: choose from "
@@ -95,11 +97,12 @@ class ProxyCallback:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
         self.scorer, self.rows = None, 0  # rows: calls done
         self.last_seconds, self.last_seconds_by_method = None, {}  # the latest call's wall time, in all and per method
-        self.settings = stages.Settings(syntextbench_n=syntextbench_n, syntextbench_levels=tuple(syntextbench_levels),
-                                        synbench_n=synbench_n, synbench_scales=tuple(synbench_scales),
-                                        byod_examples=examples, heldout_chars=heldout_chars, seed=seed,
-                                        batch_size=batch_size)
-        self.inputs = stages.load_inputs([m for m in self.methods if m in ("syntextbench", "probes")], self.settings)
+        self.settings = stages.Settings.of(dict(
+            syntextbench_n=syntextbench_n, syntextbench_levels=tuple(syntextbench_levels), synbench_n=synbench_n,
+            synbench_scales=tuple(synbench_scales), byod_examples=examples, heldout_chars=heldout_chars, seed=seed,
+            batch_size=batch_size, **settings))
+        prepared = ("syntextbench", "probes", "scope", "mstemp")  # the rest: _prepare
+        self.inputs = stages.load_inputs([m for m in self.methods if m in prepared], self.settings)
         self._prepare(corpus, heldout, heldout_texts)
 
     def _prepare(self, corpus, heldout, heldout_texts: int) -> None:
@@ -148,8 +151,7 @@ class ProxyCallback:
         scorer = self._scorer(model, step)
         traced = sum(scorer.compilations.values()) if self.rows else None
         found, seconds = stages.run(self.methods, scorer, self.settings, self.inputs, name="in-loop")
-        metrics = {k: float(v) for k, v in found.items()  # a reading it cannot give here is left out
-                   if v is not None and not k.endswith((stages.DF, stages.ITEMS))}
+        metrics = {k: float(v) for k, v in stages.flat(found).items() if v is not None}  # no reading: left out
         seconds = {k: round(v, 4) for k, v in seconds.items()}
         self.last_seconds, self.last_seconds_by_method = time.perf_counter() - start, seconds
         row = {"step": step, "time": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),

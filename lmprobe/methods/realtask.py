@@ -1,4 +1,4 @@
-"""Real-task ground truth per model: what the label-free proxies should track (experiments.validate).
+"""Real-task ground truth per model: what the label-free proxies should track (lmprobe validate).
 
 ``probe``: SentEval's linear probe (Conneau & Kiela 2018, sklearn path). Frozen sentence
 embeddings (by default the pooling SynTextBench uses: the last token of a decoder, the mean of
@@ -35,6 +35,7 @@ texts, recomputing the ratio sum(NLL) / sum(bytes). Balanced accuracy also comes
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 
@@ -55,6 +56,29 @@ EMBED_CHUNK = 512  # texts per engine call: one step of the progress bar
 SCORE_CHUNK = 64  # texts per scoring call in perplexity
 TEMPLATES = {"review": "Review: {text}\nSentiment:", "tweet": "Tweet: {text}\nSentiment:"}
 DOCUMENT_SEPARATOR = "<|endoftext|>"
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The real tasks' sizes, as the stage registry runs them (lmprobe.methods.stages: probes, zero_shot,
+    heldout)."""
+
+    probe_train: int = 1000  # probe training sentences per dataset (a fixed sample of the train split)
+    probe_test: int = 800  # probe test sentences per dataset (a fixed sample of the test split)
+    zero_shot_examples: int = 400  # zero-shot test sentences per dataset (decoders)
+    zero_shot_chars: int = 0  # cut each zero-shot text to this many characters (0: whole; short-context models)
+    tweets_min_confidence: float = 0.0  # keep tweets whose annotator confidence is at least this
+    heldout_texts: int = 60  # held-out texts for the held-out loss and bits per byte (decoders)
+    heldout_chars: int = 1500  # characters of each held-out text, cut at a word boundary
+    seed: int = 0
+
+    def check(self) -> None:
+        counts = {k: getattr(self, k) for k in ("probe_train", "probe_test", "zero_shot_examples", "heldout_texts",
+                                                "heldout_chars")}
+        bad = [f"`{k}={v}`" for k, v in counts.items() if v < 1]
+        if bad or self.zero_shot_chars < 0 or not 0 <= self.tweets_min_confidence <= 1:
+            raise LmprobeError(f"{', '.join(bad) or 'the real tasks'}: every count must be >= 1, `zero_shot_chars` "
+                               f">= 0 (0: whole texts) and `tweets_min_confidence` in [0, 1]")
 
 
 def balanced_accuracy(predictions, labels, n_classes: int) -> float:

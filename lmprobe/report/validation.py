@@ -165,7 +165,7 @@ def measure(entry: Entry, scorer, stages, settings: stages_lib.Settings, inputs:
         record["numbers"][TRAINER_HELDOUT_LOSS] = float(entry.trainer_heldout_loss)
     found, record["seconds"] = stages_lib.run(stages, scorer, settings, inputs, name=entry.model, run_dir=run_dir,
                                               progress=progress)
-    for name, number in stages_lib.numbers(found).items():
+    for name, number in found.items():
         record["numbers"][name] = number.value
         for field in ("stderr", "df", "items"):
             if getattr(number, field) is not None:

@@ -26,9 +26,9 @@ from lmprobe.cli import (
 from lmprobe.data import gaussian
 from lmprobe.methods import byod as byod_method
 from lmprobe.methods import mstemp as mstemp_method
+from lmprobe.methods import scope as scope_method
 from lmprobe.methods import synbench as synbench_method
 from lmprobe.methods import syntextbench as syntextbench_method
-from lmprobe.methods.scope import run as scope_run
 from lmprobe.methods.scope import training
 from lmprobe.training import config as train_config
 
@@ -36,7 +36,7 @@ FRONT_ENDS = {"syntextbench": syntextbench, "byod": byod, "scope": scope, "synbe
               "throughput": throughput, "plan": plan, "smoke": smoke, "validate": validate,
               "sweep": sweep, "train": train}
 METHODS = {"syntextbench": [syntextbench_method.Config], "byod": [byod_method.Config],
-           "scope": [scope_run.Config, training.TrainConfig], "synbench": [synbench_method.Config],
+           "scope": [scope_method.Config, training.TrainConfig], "synbench": [synbench_method.Config],
            "mstemp": [mstemp_method.Config], "train": [train_config.Config]}
 SHARED = ("model_parallel", "sharding", "dtype", "offline", "revision", "allow_pickle", "batch_size", "seed",
           "verbosity")

@@ -16,6 +16,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from lmprobe.cli import common, sweep
+from lmprobe.methods import byod as byod_method
 from lmprobe.store import read_json
 
 SMALL = ["--syntextbench_n=200", "--syntextbench_levels=0,0.9", "--synbench_n=80", "--synbench_scales=0.5,2",
@@ -76,7 +77,7 @@ def test_one_row_per_step_with_intervals_and_heldout_loss_and_a_rerun_loads_noth
     rows = result["rows"]
     assert [(r["step"], os.path.basename(r["checkpoint"]), r["format"]) for r in rows] == [
         (100, "step_100", "hf"), (200, "step_200", "hf"), (300, "step_300", "hf")]
-    readings = [n for stage in sweep.stages_lib.BYOD_READINGS.values() for n in stage]
+    readings = [n for metric in byod_method.READINGS.values() for n in metric.values()]
     assert set(rows[0]["numbers"]) == {"syntextbench", "syntextbench_accuracy", "synbench", "synbench_corrected",
                                        "synbench_ceiling", "synbench_eps0.2", *readings, *sweep.stages_lib.BYOD,
                                        "heldout_loss", "heldout_bits_per_byte"}

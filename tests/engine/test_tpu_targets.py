@@ -54,7 +54,7 @@ def test_unknown_target_lists_the_known_names():
 
 def test_libtpu_missing_names_the_extra(monkeypatch):
     monkeypatch.setattr(targets, "libtpu_available", lambda: False)
-    with pytest.raises(LmprobeError, match=r"libtpu, which is not installed: pip install 'lmprobe\[tpu\]'"):
+    with pytest.raises(LmprobeError, match=r"libtpu, which is not installed: pip install 'lmprobe-jax\[tpu\]'"):
         targets.target_devices(targets.target("v5e-8"))
 
 

@@ -16,8 +16,9 @@ from safetensors.numpy import load_file, save_file
 from lmprobe.data.corpus import Corpus
 from lmprobe.engine import Scorer
 from lmprobe.methods import Ticker, byod, icl, loss_data, model_key, synbench, syntextbench
+from lmprobe.methods import scope as scope_method
 from lmprobe.methods.scope import models as scope_models
-from lmprobe.methods.scope import run as scope_run
+from lmprobe.store import cache_key
 from tests.engine.conftest import VOCAB, tiny_llama_dir  # noqa: F401 - the fixture
 
 TINY = syntextbench.Config(n=200, levels=(0.0, 0.5), baseline_level=0.5, baseline_steps=10, icl_examples=3)
@@ -125,9 +126,9 @@ def test_scope_search_keys_hold_variants_and_heads(model_dir):
     black_box = scope_models.SampledModel("bb", scope_models.sampler_from(zero_shot), zero_shot.label_names)
     assert black_box.identity["black_box"]["sampled_from"] == zero_shot.identity
     assert "location" not in str(model_key(a))  # a moved checkpoint keeps its caches
-    config = scope_run.Config(task="lm")
-    saved = scope_run.cache_key(model="m", reference=model_key(a), texts=["x"], **vars(config), version=2)
-    assert saved != scope_run.cache_key(model="m", reference=model_key(b), texts=["x"], **vars(config), version=2)
+    config = scope_method.Config(task="lm")
+    saved = cache_key(model="m", reference=model_key(a), texts=["x"], **vars(config), version=2)
+    assert saved != cache_key(model="m", reference=model_key(b), texts=["x"], **vars(config), version=2)
 
 
 def test_progress_moves_with_the_work():

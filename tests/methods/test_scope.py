@@ -11,8 +11,8 @@ from lmprobe.checkpoints import variants
 from lmprobe.cli import scope as front_end
 from lmprobe.engine import Scorer
 from lmprobe.errors import LmprobeError
+from lmprobe.methods import scope as scope_method
 from lmprobe.methods.scope import capabilities, models, training
-from lmprobe.methods.scope import run as scope_run
 from lmprobe.methods.scope.search import Goal, score, search
 from lmprobe.perturb.constraints import Words
 from tests.data.test_labelled import pang_lee  # noqa: F401 - a fixture: rt-polarity installed in tmp
@@ -104,13 +104,13 @@ def test_fairness_and_kl_objective(classifier):
 
 def test_self_comparison_is_one_everywhere(classifier):
     model, _ = classifier
-    result = scope_run.run(
-        model, {"self": model}, TEXTS, LABELS, scope_run.Config(capability="typo", trials=2, n_bootstrap=50)
+    result = scope_method.run(
+        model, {"self": model}, TEXTS, LABELS, scope_method.Config(capability="typo", trials=2, n_bootstrap=50)
     )
     out, samples = result.to_dict(), list(result.samples())
     row = out["targets"]["self"]
-    assert result.numbers() == {scope_run.NAMES[m]: number for m, number in result.targets["self"].metrics.items()}
-    assert result.numbers()["hard_scope"].value == 1.0 and result.numbers()["hard_scope"].df == 1
+    assert result.numbers() == {scope_method.NAMES[m]: number for m, number in result.targets["self"].metrics.items()}
+    assert result.numbers()["scope_hard"].value == 1.0 and result.numbers()["scope_hard"].df == 1
     assert row["iid_agreement"] == row["ood_agreement"] == row["hard_scope"] == row["soft_scope"] == 1.0
     assert row["iid_accuracy_gap"] == 0.0 and out["n_invariant"] >= 3 and len(samples) == out["n_pairs"]
     assert row["std_error"] == dict.fromkeys(row["std_error"], 0.0) and row["trials"] == 2
@@ -185,9 +185,9 @@ def test_one_trial_writes_strict_json_with_reasons_and_a_cached_search_says_so(c
     from lmprobe.store import write_results
 
     model, _ = classifier
-    config = scope_run.Config(capability="typo", trials=1, n_bootstrap=0)
-    first = scope_run.run(model, {"self": model}, TEXTS, LABELS, config, cache_dir=str(tmp_path / "cache")).to_dict()
-    again = scope_run.run(model, {"self": model}, TEXTS, LABELS, config, cache_dir=str(tmp_path / "cache")).to_dict()
+    config = scope_method.Config(capability="typo", trials=1, n_bootstrap=0)
+    first = scope_method.run(model, {"self": model}, TEXTS, LABELS, config, cache_dir=str(tmp_path / "cache")).to_dict()
+    again = scope_method.run(model, {"self": model}, TEXTS, LABELS, config, cache_dir=str(tmp_path / "cache")).to_dict()
     assert first["search"]["cached"] is False and again["search"]["cached"] is True
     write_results(tmp_path / "results.json", again)
     text = (tmp_path / "results.json").read_text()
@@ -198,8 +198,8 @@ def test_one_trial_writes_strict_json_with_reasons_and_a_cached_search_says_so(c
 
 def test_one_trial_prints_n_a_where_a_spread_is_undefined(classifier):
     model, _ = classifier
-    config = scope_run.Config(capability="typo", trials=1, n_bootstrap=0)
-    result = scope_run.run(model, {"self": model}, TEXTS, LABELS, config).to_dict()
+    config = scope_method.Config(capability="typo", trials=1, n_bootstrap=0)
+    result = scope_method.run(model, {"self": model}, TEXTS, LABELS, config).to_dict()
     text = front_end._summary(result)
     row = text.splitlines()[-1]  # one trial: no standard error of the pair metrics, no bootstrap interval
     assert "nan" not in text and row.count("[n/a,n/a]") == 5

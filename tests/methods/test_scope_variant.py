@@ -6,8 +6,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lmprobe.methods import scope as scope_method
 from lmprobe.methods.scope import capabilities
-from lmprobe.methods.scope import run as scope_run
 from lmprobe.methods.scope.search import Goal, initial_states, score, search
 
 FRAGILE = "a wonderful, memorable movie."  # every edit flips the reference
@@ -62,8 +62,8 @@ def test_without_argmax_requirement_every_edit_succeeds_and_is_flagged():
 
 
 def test_ood_agreement_counts_the_variant_example_and_hard_scope_does_not():
-    result = scope_run.run(Toy(), {"constant": Constant()}, TEXTS, None,
-                           scope_run.Config(capability="typo", max_words=1, trials=3, n_bootstrap=20))
+    result = scope_method.run(Toy(), {"constant": Constant()}, TEXTS, None,
+                           scope_method.Config(capability="typo", max_words=1, trials=3, n_bootstrap=20))
     out, samples = result.to_dict(), list(result.samples())
     row = out["targets"]["constant"]
     # FRAGILE: m1 says 0 on x and 1 on x' (variant), the target 0: OOD disagreement, outside Hard-SCoPE.

@@ -6,3 +6,7 @@ linear probes), build (each named model as the task and classifier head ask), me
 gap, agreements, Hard-/Soft-SCoPE with bootstrap intervals), run (end to end), plots (the paper's
 figures). Model variants (NAME@int8, @noise=...) are lmprobe.checkpoints.variants'.
 """
+
+from lmprobe.methods.scope.run import NAMES, TASKS, Comparison, Config, Result, lm_examples, matrix, run
+
+__all__ = ["NAMES", "TASKS", "Comparison", "Config", "Result", "lm_examples", "matrix", "run"]

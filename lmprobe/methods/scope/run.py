@@ -159,7 +159,7 @@ def _accuracy(reference_name: str, name: str, iid_stats, labels) -> dict | None:
 
 
 NAMES = {"iid_accuracy_gap": "scope_iid_accuracy_gap", "iid_agreement": "scope_iid_agreement",
-         "ood_agreement": "scope_ood_agreement", "hard_scope": "hard_scope", "soft_scope": "soft_scope"}  # numbers()
+         "ood_agreement": "scope_ood_agreement", "hard_scope": "scope_hard", "soft_scope": "scope_soft"}  # numbers()
 
 
 @dataclasses.dataclass
