@@ -133,7 +133,7 @@ FLAT = {
     "syntextbench_trials": ("syntextbench", "trials"), "synbench_scales": ("synbench", "scales"),
     "byod_examples": ("byod", "max_examples"), "scope_capability": ("scope", "capability"),
     "scope_trials": ("scope", "trials"), "mstemp_templates": ("mstemp", "n_templates"),
-    "mstemp_samples": ("mstemp", "m_samples"),
+    "mstemp_samples": ("mstemp", "m_samples"), "mstemp_tau": ("mstemp", "tau"),
     **{f.name: ("realtask", f.name) for f in dataclasses.fields(realtask.Config) if f.name != "seed"},
 }
 

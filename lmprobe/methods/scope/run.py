@@ -10,6 +10,7 @@ App. E.1), Hard-/Soft-SCoPE over the reference-invariant pairs only (Eq. 2/3).""
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Sequence
 
@@ -182,7 +183,8 @@ class Comparison:
     def of(cls, iid: dict, paired: dict, accuracy: dict | None) -> Comparison:
         source = {**{m: iid for m in IID_METRICS}, **{m: paired for m in PAIR_METRICS}}
         df = paired["trials"] - 1 if paired["trials"] > 1 else None
-        return cls({m: Number(source[m][m], 0.0 if m in IID_METRICS else paired["std_error"][m],
+        errors = {m: 0.0 if m in IID_METRICS else paired["std_error"][m] for m in metrics.METRICS}
+        return cls({m: Number(source[m][m], errors[m] if math.isfinite(errors[m]) else None,
                               None if m in IID_METRICS else df) for m in metrics.METRICS},
                    {m: source[m]["intervals"][m] for m in metrics.METRICS},
                    {m: source[m]["counts"][m] for m in metrics.METRICS},
@@ -197,7 +199,8 @@ class Comparison:
         if self.accuracy is not None:
             row["accuracy"] = self.accuracy
         row["pairs"] = self.pairs
-        note_undefined(row, "null: fewer than two trials define the metric (a standard error needs two)", "std_error")
+        if None in row["std_error"].values():
+            row["std_error_note"] = "null: fewer than two trials define the metric (a standard error needs two)"
         note_undefined(row, "null: no bootstrap draw defines the metric", "intervals")
         return row
 
