@@ -224,13 +224,14 @@ def main(argv=None):
     run = common.Run(argv)
     args = run.parse(build_parser())
     stages = chosen(args)
+    settings = stages_lib.Settings.of(args)
+    settings.check()
     if not args.models and not args.ladder_checkpoints:
         raise LmprobeError("give the models to compare: --models=a,b,c (3 or more base models per family group), "
                            "or a training run's checkpoints: --ladder_checkpoints=DIR")
     todo = validation.entries(args.models, args.ladder_checkpoints)
     started = time.perf_counter()
     run_dir = output_dir(args.output_dir)
-    settings = stages_lib.Settings.of(args)
     inputs = stages_lib.load_inputs(stages, settings,  # every labelled set and corpus, before the models load
                                     load_model=lambda name: run.loaded(name, common.load_scorer(args, name)))
     records, widths = [], {}

@@ -116,7 +116,8 @@ class Settings:
             try:
                 getattr(self, name).check()
             except LmprobeError as e:
-                raise LmprobeError(f"{name} settings (`{name}_*`): {e}") from None
+                named = any(flat.startswith(f"{name}_") for flat, (method, _) in FLAT.items() if method == name)
+                raise LmprobeError(f"{name} settings{f' (`{name}_*`)' if named else ''}: {e}") from None
         if (self.synbench_n is not None and self.synbench_n < 8) or self.synbench_n_per_width < 2:
             raise LmprobeError(f"`synbench_n={self.synbench_n}` must be >= 8 (or none) and "
                                f"`synbench_n_per_width={self.synbench_n_per_width}` >= 2")
