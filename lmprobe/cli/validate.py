@@ -7,11 +7,12 @@ ladders of known order kept apart from independent models.
     python -m experiments.validate --models=smollm2-135m,gemma3-270m,qwen2.5-coder-0.5b \\
         --ladder_checkpoints=runs/train/checkpoints
 
-Every model gets every proxy and every real task that applies (lmprobe.methods.stages: SynTextBench,
-mean and standard error over --syntextbench_trials; SynBench-Score at a_t = 0.7, eps = 0 plug-in
-and bias-corrected, and 0.2, beside the identity's score at the same width and n; each BYOD
-metric, decoders only; SentEval-style probes on rt-polarity and tweets-sentiment; for decoders
-zero-shot accuracy on both and held-out loss and bits per byte on held-out movie reviews).
+Every model gets every proxy and every real task that applies (lmprobe.evaluate.measure, over the
+stages of lmprobe.methods.stages: SynTextBench, mean and standard error over --syntextbench_trials;
+SynBench-Score at a_t = 0.7, eps = 0 plug-in and bias-corrected, and 0.2, beside the identity's
+score at the same width and n; each BYOD metric, decoders only; SentEval-style probes on
+rt-polarity and tweets-sentiment; for decoders zero-shot accuracy on both and held-out loss and
+bits per byte on held-out movie reviews).
 
 Then, per family group (encoders, decoders; lmprobe.report.validation): ladders (a base model and
 >= 2 variants NAME@noise=SIGMA or NAME@drop-layer=K, or a training run's checkpoints with
@@ -37,6 +38,7 @@ import time
 from lmprobe.cli import common
 from lmprobe.cli.common import main_guard, output_dir, progress, say
 from lmprobe.errors import LmprobeError
+from lmprobe.evaluate import measure as measure_lib
 from lmprobe.methods import stages as stages_lib
 from lmprobe.report import correlation, plots, validation
 from lmprobe.store import join
@@ -229,7 +231,7 @@ def main(argv=None):
     if not args.models and not args.ladder_checkpoints:
         raise LmprobeError("give the models to compare: --models=a,b,c (3 or more base models per family group), "
                            "or a training run's checkpoints: --ladder_checkpoints=DIR")
-    todo = validation.entries(args.models, args.ladder_checkpoints)
+    todo = measure_lib.entries(args.models, args.ladder_checkpoints)
     started = time.perf_counter()
     run_dir = output_dir(args.output_dir)
     inputs = stages_lib.load_inputs(stages, settings,  # every labelled set and corpus, before the models load
@@ -239,8 +241,8 @@ def main(argv=None):
         for entry in todo:
             start = time.perf_counter()
             scorer = run.loaded(entry.model, common.load_scorer(args, entry.model))
-            records.append(validation.measure(entry, scorer, stages, settings, inputs, run_dir, widths,
-                                              load_s=time.perf_counter() - start, progress=progress))
+            records.append(measure_lib.measure(entry, scorer, stages, settings, inputs, run_dir, widths,
+                                               load_s=time.perf_counter() - start, progress=progress))
             del scorer
             gc.collect()  # the model's weights go before the next one loads
     correlations = validation.correlate(records, pooled=args.pooled)

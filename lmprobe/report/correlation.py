@@ -69,6 +69,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from lmprobe.errors import LmprobeError
+from lmprobe.evaluate import FALLS, RISES  # ladder_table: how quality moves along a ladder's known order
 from lmprobe.report.coefficients import (
     MIN_MODELS,
     STATISTICS,
@@ -101,7 +102,6 @@ from lmprobe.report.significance import (
 LOWER_IS_BETTER = frozenset({"val_loss", "mdl", "sdl", "esc"})
 DEGENERATE_FRACTION = 0.5  # more skipped resamples than this: BootstrapInterval.degenerate
 SIGNIFICANCE = 0.05  # the tables' "reachable": can n models reach a two-sided p below this
-FALLS, RISES = "falls", "rises"  # ladder_table: how quality moves along a ladder's known order
 SERIAL_NOTE = ("checkpoints of one training run are not exchangeable (each continues the last): a permutation "
                "p would be invalid, so the statistics are descriptive")
 

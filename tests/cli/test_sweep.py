@@ -16,6 +16,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from lmprobe.cli import common, sweep
+from lmprobe.evaluate import sweep as sweep_lib
 from lmprobe.methods import byod as byod_method
 from lmprobe.store import read_json
 
@@ -108,7 +109,7 @@ def test_watch_scores_a_step_written_after_it_started_and_stops_at_until_step(ru
     first = _sweep(run_dir, out, *QUICK)["rows"]
     assert loads == ["step_100", "step_200"]
     started = threading.Event()
-    real_listing = sweep.listing
+    real_listing = sweep_lib.listing
 
     def listing(*args, **kwargs):
         started.set()
@@ -123,7 +124,7 @@ def test_watch_scores_a_step_written_after_it_started_and_stops_at_until_step(ru
     writer = threading.Thread(target=trainer, daemon=True)
     writer.start()
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(sweep, "listing", listing)
+        patch.setattr(sweep_lib, "listing", listing)
         result = _sweep(run_dir, out, *QUICK, "--watch", "--poll_s=0.1", "--until_step=300")
     writer.join(10)
     assert [r["step"] for r in result["rows"]] == [100, 200, 300] and result["rows"][:2] == first

@@ -1,5 +1,5 @@
-"""experiments.validate: ladders found from model names and a training run's checkpoints, one point
-per base model, trends with exact p, the summary text (synthetic records, no model), and end to end
+"""experiments.validate: ladders found among the records (lmprobe.evaluate.measure's entries: tests/evaluate), one
+point per base model, trends with exact p, the summary text (synthetic records, no model), and end to end
 with every method faked (known outputs): the methods' own tests cover the methods, and a real run
 on a tiny model takes minutes."""
 
@@ -16,7 +16,7 @@ import pytest
 from scipy import stats
 
 from lmprobe.cli import validate
-from lmprobe.errors import LmprobeError
+from lmprobe.evaluate import measure as measure_lib
 from lmprobe.methods import byod as byod_method
 from lmprobe.methods import realtask
 from lmprobe.methods import stages as stages_lib
@@ -25,6 +25,7 @@ from lmprobe.methods import syntextbench as syntextbench_method
 from lmprobe.methods.byod.common import MetricResult
 from lmprobe.methods.result import Number
 from lmprobe.report import validation
+from tests.evaluate.test_measure import fake_run
 
 # a base model's noise ladder: syntextbench falls with noise, the probe does not; bits per byte rises
 NUMBERS = {
@@ -37,7 +38,7 @@ NUMBERS = {
 
 
 def _record(label: str, numbers=None) -> dict:
-    entry = validation.model_entry(label)
+    entry = measure_lib.model_entry(label)
     syn, probe, bpb = numbers or NUMBERS[label]
     values = {"syntextbench": syn, "synbench_ceiling": 0.99, "probe_rt_polarity": probe}
     if bpb is not None:
@@ -48,16 +49,6 @@ def _record(label: str, numbers=None) -> dict:
 
 
 RECORDS = [_record(label) for label in NUMBERS]
-
-
-def test_model_names_are_placed_on_ladders_of_known_order():
-    assert validation.model_entry("m@noise=0.1") == validation.Entry("m@noise=0.1", "m@noise=0.1", "m",
-                                                                 ("m @noise", 0.1, validation.FALLS))
-    assert validation.model_entry("m@int8@drop-layer=2@drop-layer=5").ladder == ("m@int8 @drop-layer", 2.0,
-                                                                                validation.FALLS)
-    assert validation.model_entry("m@int8").ladder is None and validation.model_entry("m@int8").base == "m"
-    with pytest.raises(LmprobeError, match="unknown model variant"):
-        validation.model_entry("m@fp4")
 
 
 def test_a_ladder_needs_three_members_of_distinct_levels_and_correlations_one_point_per_base():
@@ -71,29 +62,6 @@ def test_a_ladder_needs_three_members_of_distinct_levels_and_correlations_one_po
     # a base measured only as variants: its first variant stands for it, and says so
     picked, notes = validation.base_points([_record("x@int8", (0.1, 0.5, 1.0)), _record("dec-d")])
     assert picked == [0, 1] and notes == ["x was not measured itself: x@int8 stands for it"]
-
-
-def _fake_run(root, losses: dict) -> str:
-    """lmprobe Orbax step directories (meta/metadata and params/) as discover and orbax_io.find see them."""
-    for step, loss in losses.items():
-        os.makedirs(root / "checkpoints" / str(step) / "params")
-        os.makedirs(root / "checkpoints" / str(step) / "meta")
-        (root / "checkpoints" / str(step) / "meta" / "metadata").write_text(json.dumps(
-            {"format": "lmprobe-orbax", "hf_config": {}, "metadata": {"heldout_loss": loss}}))
-    return str(root / "checkpoints")
-
-
-def test_a_training_run_is_a_ladder_by_step_and_its_last_checkpoint_stands_for_it(tmp_path):
-    run = _fake_run(tmp_path / "myrun", {100: 5.0, 8: 7.5, 32: 6.1})
-    got = validation.checkpoint_entries(run)
-    assert [(e.label, e.ladder, e.trainer_heldout_loss) for e in got] == [
-        ("myrun@step=8", ("myrun training steps", 8, "rises"), 7.5),
-        ("myrun@step=32", ("myrun training steps", 32, "rises"), 6.1),
-        ("myrun@step=100", ("myrun training steps", 100, "rises"), 5.0)]
-    records = [{"label": e.label, "base": e.base, "ladder": list(e.ladder)} for e in got]
-    assert validation.base_points(records) == ([2], ["myrun: its last checkpoint myrun@step=100 stands for the run"])
-    assert validation.find_ladders(records)[0]["myrun training steps"]["models"] == [e.label for e in got]
-    assert validation.run_name(f"{tmp_path}/myrun/checkpoints/*") == "myrun"
 
 
 def _exact_p(x, y, statistic) -> float:
@@ -153,18 +121,11 @@ def test_a_fixed_synbench_n_at_or_below_the_width_is_refused(tmp_path, monkeypat
     assert "--synbench_n=64 is not above a's width 64" in capsys.readouterr().err
 
 
-def test_a_fixed_synbench_n_across_widths_is_refused():
-    settings = stages_lib.Settings(synbench_n=2048)
-    validation.check_synbench_widths({"a": 384, "b": 384}, "encoders", settings)
-    with pytest.raises(LmprobeError, match=r"a \(width 384, n / width 5.3\), b \(width 768, n / width 2.7\)"):
-        validation.check_synbench_widths({"a": 384, "b": 768}, "encoders", settings)
-
-
 def test_main_writes_results_and_plots_from_measured_records(tmp_path, monkeypatch, capsys):
     by_label, figures = {r["label"]: r for r in RECORDS}, []
     monkeypatch.setattr(stages_lib, "load_inputs", lambda stages, settings, **kw: None)
     monkeypatch.setattr(validate.common, "load_scorer", lambda args, name: None)
-    monkeypatch.setattr(validation, "measure", lambda entry, *rest, **kw: by_label[entry.label])
+    monkeypatch.setattr(measure_lib, "measure", lambda entry, *rest, **kw: by_label[entry.label])
     monkeypatch.setattr(validate.gc, "collect", lambda: 0)  # no weights to free; a full collection takes 0.5 s
     monkeypatch.setattr(validate.plots, "save_figure",
                         lambda fig, path: (figures.append(os.path.basename(path)), validate.plots.plt.close(fig)))
@@ -267,7 +228,7 @@ def test_every_method_reaches_the_numbers_with_its_errors_and_a_rerun_computes_n
 
 def test_a_training_run_joins_as_a_ladder_with_its_heldout_loss(tmp_path, monkeypatch, capsys):
     FakeMethods(monkeypatch)
-    run = _fake_run(tmp_path / "tiny", {0: 8.0, 10: 6.5, 20: 5.0})
+    run = fake_run(tmp_path / "tiny", {0: 8.0, 10: 6.5, 20: 5.0})
     validate.main([f"--ladder_checkpoints={run}", f"--output_dir={tmp_path / 'out'}", "--proxies=synbench",
                    "--tasks=heldout", "--verbosity=warning"])
     result = json.loads((tmp_path / "out" / "results.json").read_text())

@@ -25,6 +25,7 @@ from flax import nnx
 from lmprobe.checkpoints import load
 from lmprobe.checkpoints.orbax_io import COMMIT, save
 from lmprobe.cli import common, sweep
+from lmprobe.evaluate import sweep as sweep_lib
 from tests.engine.conftest import tiny_llama_dir  # noqa: F401  (the fixture)
 
 QUICK = ["--methods=byod", "--byod_examples=4", "--batch_size=8", "--verbosity=warning"]
@@ -191,7 +192,7 @@ def test_watch_scores_the_half_written_step_once_its_writer_completes_it(intact,
     assert seen.is_set() and time.monotonic() - started < 600  # it ended by itself, not at --watch_s
     assert code == 2 and sorted(rows) == list(STEPS) and "failed" in rows[20]
     assert {s: rows[s]["numbers"] for s in (10, 30, 40)} == {s: reference[s] for s in (10, 30, 40)}
-    assert loads.count(20) == sweep.TRIES and loads.count(30) == 1  # 20 tried at 3 polls; 30 read once, whole
+    assert loads.count(20) == sweep_lib.TRIES and loads.count(30) == 1  # 20 tried at 3 polls; 30 read once, whole
     assert len(named(err, 20)) == 1 and named(err, 20)[0].endswith("; tried again at the next poll")
     assert named(err, 30) == ["step 30: not finished: it has no commit_success.txt, which orbax writes last (the "
                               "other steps have theirs); scored once it is finished"]
