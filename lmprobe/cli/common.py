@@ -122,17 +122,18 @@ def compile_only_scorer(args, name: str):
 
 def compile_only(run: Run, args, queries, run_dir: str, *, notes=(), out_for=None) -> list:
     """A compile-only run (--compile_only) of each --model: ``queries(scorer, name)`` asks what the real run
-    asks of a compile-only Scorer (lmprobe.engine.aot; its steps compiled, never run: the answers are zeros),
-    then each model's report goes to results.json (``out_for(name)``: its directory, default ``run_dir``)
-    and stdout; a step that does not fit ends the run with one line naming the flags that fix it."""
+    asks of a compile-only Scorer (lmprobe.engine.aot; its steps compiled, never run: the answers are zeros)
+    and may return more notes on that model, then each model's report goes to results.json (``out_for(name)``:
+    its directory, default ``run_dir``) and stdout; a step that does not fit ends the run with one line naming
+    the flags that fix it."""
     from lmprobe.engine.aot import compile_report
     from lmprobe.store import join
 
     reports = []
     for name in args.model if isinstance(args.model, list | tuple) else [args.model]:
         scorer = compile_only_scorer(args, name)
-        queries(scorer, name)
-        report = compile_report(scorer, notes)
+        said = queries(scorer, name)
+        report = compile_report(scorer, [*notes, *(said or ())])
         path = join(out_for(name) if out_for else run_dir, "results.json")
         run.write(path, {"model": name, **report.to_dict()}, names=[])
         say(report.table())
