@@ -1,5 +1,5 @@
 """Compile before you rent, from a front end: ``--compile_only`` (``--target``) compiles every step the run
-would execute at the run's batch geometry (lmprobe.engine.aot), and reports it in results.json. The CPU
+would execute at the run's batch geometry (lmprobe.planning.aot), and reports it in results.json. The CPU
 tests compare it with a real run of the same command; the TPU tests compile a small model for v5e-8
 with libtpu (the test extra). Small sets: a few seconds per compile."""
 
@@ -13,9 +13,9 @@ import jax.numpy as jnp
 import pytest
 
 from lmprobe.cli import syntextbench
-from lmprobe.engine import targets
 from lmprobe.engine.runner import Runner
 from lmprobe.methods.byod import METRICS as BYOD_METRICS
+from lmprobe.planning import targets
 
 needs_libtpu = pytest.mark.skipif(not targets.libtpu_available(),
                                   reason="libtpu is not installed (the test extra installs it)")
