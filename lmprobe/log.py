@@ -40,7 +40,7 @@ def quiet_third_party() -> None:
     plugin is, jax runs on the CPU alone (JAX_PLATFORMS=cpu, unless set): else it starts its TPU
     backend when a program first touches a device, and libtpu's failed look-up of this host's TPU
     role printed a screen of errors on stderr before jax fell back to the CPU. Compiling for a TPU
-    target needs no TPU backend (lmprobe.engine.targets)."""
+    target needs no TPU backend (lmprobe.planning.targets)."""
     for name, value in QUIET_ENV.items():
         os.environ.setdefault(name, value)
     if "JAX_PLATFORMS" not in os.environ and not tpu_chips_here() and _only_libtpu_installed():

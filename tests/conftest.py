@@ -8,7 +8,7 @@ jax fixes its device count when the backend starts, so the 8 CPU devices exist f
 is the mesh built when none is named (``make_mesh()``, ``Scorer(model)``, ``Scorer.load``, the front
 ends): lmprobe.engine.set_default_devices makes it one device, so a method's test compiles and runs
 one unpadded program instead of an 8-way one padded to 8x the rows; a test marked ``multi_device``
-(and every test under tests/engine/, the engine's own) gets the mesh over all 8. Module-level code runs
+(and every test under tests/engine/ and tests/planning/) gets the mesh over all 8. Module-level code runs
 at collection, outside any test, and sees all 8.
 
 Compiled programs are shared across tests (and with the front ends the tests run in subprocesses)
@@ -45,7 +45,7 @@ from lmprobe.engine.mesh import set_default_devices  # noqa: E402
 jax.config.update("jax_num_cpu_devices", 8)
 jax.config.update("jax_default_matmul_precision", "highest")
 
-MULTI_DEVICE_DIRS = ("tests/engine/",)  # the engine's tests: the mesh is their subject
+MULTI_DEVICE_DIRS = ("tests/engine/", "tests/planning/")  # the engine's and planning's tests: the mesh is their subject
 
 CACHE = os.environ.get("LMPROBE_COMPILATION_CACHE") or os.path.join(
     os.path.expanduser("~"), ".cache", "lmprobe", "jax-tests")

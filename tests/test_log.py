@@ -150,7 +150,7 @@ def test_a_run_on_a_host_without_tpu_chips_prints_nothing_of_libtpu():
     TPU chips libtpu's failed look-up of the host's TPU role printed errors on stderr before jax fell back to the
     CPU. Importing lmprobe first keeps jax on the CPU (the control shows the noise; libtpu loads there even while
     another process holds its lock, as this session's TPU compilations may, and without the host's role that
-    compiling for a target gives this process: lmprobe.engine.targets.prepare_host)."""
+    compiling for a target gives this process: lmprobe.planning.targets.prepare_host)."""
     env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS" and not k.startswith("TPU_")}
     outputs = [subprocess.run([sys.executable, "-c", f"{first}import jax; print(jax.devices()[0].platform)"],
                               capture_output=True, text=True, timeout=120,

@@ -7,7 +7,7 @@ Compiles (ahead of time, libtpu's compiler on this host; no TPU needed) the prog
 ``Scorer.generate``: ``engine.generation.generate`` on ``--rows`` left-padded prompts of ``--prompt``
 tokens and ``--new_tokens`` new ones (a cache of prompt + new slots), bf16, on the first ``--devices``
 devices of ``--target`` (rows split over them; ``--sharding=tp`` with one model shard: weights
-replicated). One decoding step is one trip of its decoding loop, counted by ``engine.hlo_cost`` (each
+replicated). One decoding step is one trip of its decoding loop, counted by ``lmprobe.planning.hlo_cost`` (each
 layer of the inner layer scan counted, not once): bytes accessed in all memories, of them in HBM (the
 compiler keeps some buffers in on-chip VMEM), and by collectives. ``--standalone`` compiles one step
 alone instead ([rows, 1] tokens, the cache donated): the loop's hoisted work (the tied embedding's
@@ -25,11 +25,12 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec
 
 from lmprobe.checkpoints.model_config import hf_config
-from lmprobe.engine import generation, targets
-from lmprobe.engine.hlo_cost import program_cost, while_loops
+from lmprobe.engine import generation
 from lmprobe.engine.mesh import batch_sharding, make_mesh, tracing_on
-from lmprobe.engine.plan import Planner
 from lmprobe.models.base import empty_cache
+from lmprobe.planning import targets
+from lmprobe.planning.hlo_cost import program_cost, while_loops
+from lmprobe.planning.plan import Planner
 
 
 def decoding_loop(text: str, layers: int):

@@ -19,9 +19,9 @@ import time
 
 import jax.numpy as jnp
 
-from lmprobe.engine import targets
-from lmprobe.engine.hlo_cost import program_cost
-from lmprobe.engine.plan import planner_setup
+from lmprobe.planning import targets
+from lmprobe.planning.hlo_cost import program_cost
+from lmprobe.planning.plan import planner_setup
 
 GiB = 2**30
 

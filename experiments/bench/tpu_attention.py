@@ -18,11 +18,11 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec
 
-from lmprobe.engine import targets
+from lmprobe.engine.memory import format_bytes
 from lmprobe.engine.mesh import make_mesh, tracing_on
 from lmprobe.engine.packing import visibility
-from lmprobe.engine.plan import format_bytes
 from lmprobe.models.layers import Mask, attention, packed_segments, traced_for
+from lmprobe.planning import targets
 
 
 def temporaries(mesh, t: int, heads: int, head_dim: int, *, xla: bool, packed: bool) -> int:

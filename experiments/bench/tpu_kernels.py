@@ -21,8 +21,8 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from lmprobe import kernels
-from lmprobe.engine import targets
-from lmprobe.engine.plan import format_bytes
+from lmprobe.engine.memory import format_bytes
+from lmprobe.planning import targets
 
 
 def compiled(fn, *args, **static):

@@ -70,6 +70,13 @@ def build_parser():
     return p, common.method(p, byod.Config, choices={"metrics": byod.METRICS})
 
 
+def _compiled_metrics(result: byod.Result) -> list[str]:
+    """A compile-only run's notes on a model: the metrics whose steps were compiled, and why any other could
+    not run (as a run reports it in results.json)."""
+    return [f"metrics compiled: {', '.join(result.metrics) or 'none'}",
+            *(f"{name}: not compiled, it could not run: {error}" for name, error in result.errors.items())]
+
+
 def _or_error(load, spec):
     try:
         return load(spec)
@@ -137,8 +144,8 @@ def main(argv=None):
     profanity = _or_error(load_profanity, args.profanity) if "toxicity" in config.metrics else None
     out = output_dir(args.output_dir)  # before any model work: a directory we cannot write fails now
     if common.check_compile_flags(args):  # every step of each model's run compiled, nothing run (common.compile_only)
-        common.compile_only(run, args, lambda scorer, name: byod.run(
-            scorer, corpus, config, model_name=name, benign=benign, profanity=profanity, cache_dir=None),
+        common.compile_only(run, args, lambda scorer, name: _compiled_metrics(byod.run(
+            scorer, corpus, config, model_name=name, benign=benign, profanity=profanity, cache_dir=None)),
             out, notes=[COMPILED_ON_ZEROS])
         return
     log.info(f"corpus {corpus.name}: {plural(len(corpus.paragraphs), 'paragraph')}, "

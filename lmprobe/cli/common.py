@@ -62,7 +62,7 @@ class Shared:
 @dataclasses.dataclass(frozen=True)
 class Compile:
     """Compile before you rent: every jitted step the run would execute, compiled ahead of time at its
-    batch geometry, nothing run and no weight read (lmprobe.engine.aot)."""
+    batch geometry, nothing run and no weight read (lmprobe.planning.aot)."""
 
     # compile for this TPU slice (v4-8, v5e-8, v5e-16, v5e-256, v5p-8, v6e-8, ...) with libtpu's compiler on
     # this host, no TPU needed (pip install 'lmprobe-jax[tpu]'); with --compile_only
@@ -74,7 +74,7 @@ class Compile:
     hbm: str | None = None  # memory per device for the fit (16GiB, 80GB); none: the target chip's (the devices' own)
 
 
-COMPILE = "compile before you rent (lmprobe.engine.aot)"
+COMPILE = "compile before you rent (lmprobe.planning.aot)"
 # --batch_size's bound: sequences per device per batch; a batch larger than its work costs no more (the engine
 # sizes batches by the work), but a real workload this many rows wide fits no device
 MAX_BATCH_SIZE = 1 << 16
@@ -95,7 +95,7 @@ def _check_moved_target(p: flags.Parser, args) -> None:
     moved = getattr(p, "target_moved", None)
     if moved is None or args.target is None or args.compile_only:
         return
-    from lmprobe.engine.targets import target
+    from lmprobe.planning.targets import target
 
     try:
         target(args.target)
@@ -106,11 +106,11 @@ def _check_moved_target(p: flags.Parser, args) -> None:
 
 
 def compile_only_scorer(args, name: str):
-    """The compile-only Scorer (lmprobe.engine.aot) of ``name`` as the shared and compile flags describe
+    """The compile-only Scorer (lmprobe.planning.aot) of ``name`` as the shared and compile flags describe
     it: --target's devices (else this host's), --dtype ('auto': bfloat16 on a target), mesh, batch."""
-    from lmprobe.engine import aot
-    from lmprobe.engine.plan import parse_bytes
-    from lmprobe.engine.targets import target
+    from lmprobe.planning import aot
+    from lmprobe.planning.plan import parse_bytes
+    from lmprobe.planning.targets import target
 
     slice_ = None if args.target is None else target(args.target, args.num_slices)
     dtype = None if args.dtype == "auto" else args.dtype
@@ -122,17 +122,18 @@ def compile_only_scorer(args, name: str):
 
 def compile_only(run: Run, args, queries, run_dir: str, *, notes=(), out_for=None) -> list:
     """A compile-only run (--compile_only) of each --model: ``queries(scorer, name)`` asks what the real run
-    asks of a compile-only Scorer (lmprobe.engine.aot; its steps compiled, never run: the answers are zeros),
-    then each model's report goes to results.json (``out_for(name)``: its directory, default ``run_dir``)
-    and stdout; a step that does not fit ends the run with one line naming the flags that fix it."""
-    from lmprobe.engine.aot import compile_report
+    asks of a compile-only Scorer (lmprobe.planning.aot; its steps compiled, never run: the answers are zeros)
+    and may return more notes on that model, then each model's report goes to results.json (``out_for(name)``:
+    its directory, default ``run_dir``) and stdout; a step that does not fit ends the run with one line naming
+    the flags that fix it."""
+    from lmprobe.planning.aot import compile_report
     from lmprobe.store import join
 
     reports = []
     for name in args.model if isinstance(args.model, list | tuple) else [args.model]:
         scorer = compile_only_scorer(args, name)
-        queries(scorer, name)
-        report = compile_report(scorer, notes)
+        said = queries(scorer, name)
+        report = compile_report(scorer, [*notes, *(said or ())])
         path = join(out_for(name) if out_for else run_dir, "results.json")
         run.write(path, {"model": name, **report.to_dict()}, names=[])
         say(report.table())
@@ -148,7 +149,7 @@ def compile_only_models(run: Run, args, queries, run_dir: str, *, notes=()) -> d
     ``scorer_for(name)`` giving each name's compile-only Scorer (made once, as a run loads each model once).
     One results.json holds every model's report (``models``, in the order first asked for) and the verdict
     over all of them; a step that does not fit ends the run as in ``compile_only``."""
-    from lmprobe.engine.aot import compile_report
+    from lmprobe.planning.aot import compile_report
     from lmprobe.store import join
 
     scorers = {}
@@ -283,7 +284,7 @@ def parse(p: flags.Parser, argv=None):
     FLAGS.update(p.settings)
     _check_moved_target(p, args)
     if getattr(p, "compiles", False) and args.target is not None:  # libtpu told it only compiles, before jax starts
-        from lmprobe.engine.targets import prepare_host, target
+        from lmprobe.planning.targets import prepare_host, target
 
         prepare_host(target(args.target, getattr(args, "num_slices", 1)))
     runtime.initialize_distributed()

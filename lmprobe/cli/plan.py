@@ -105,10 +105,11 @@ def _main(argv=None):
     import time
 
     from lmprobe.cli import common
+    from lmprobe.engine.memory import check_fits, device_hbm
     from lmprobe.engine.mesh import make_mesh
-    from lmprobe.engine.plan import check_fits, device_hbm, parse_bytes, plan, plan_devices, plan_dtype
-    from lmprobe.engine.targets import target, target_devices
     from lmprobe.errors import LmprobeError
+    from lmprobe.planning.plan import parse_bytes, plan, plan_devices, plan_dtype
+    from lmprobe.planning.targets import target, target_devices
 
     args = common.parse(build_parser(), argv)  # also: library errors name this front end's flags
     slice_ = None if args.target is None else target(args.target, args.num_slices)
@@ -122,9 +123,9 @@ def _main(argv=None):
     model = args.model
     kwargs = dict(dtype=plan_dtype(args.dtype, devices[0].platform, simulated), mesh=mesh, strategy=args.sharding,
                   batch_size=args.batch_size, max_length=args.max_length, max_tokens=args.max_tokens,
-                  hbm_bytes=hbm, offline=True if args.offline else None, revision=args.revision, target=slice_)
+                  hbm_bytes=hbm, offline=True if args.offline else None, revision=args.revision)
     started = time.perf_counter()
-    result = plan(model, buckets=list(args.buckets), **kwargs)
+    result = plan(model, buckets=list(args.buckets), target=slice_, **kwargs)
     if slice_ is not None:
         result.notes.append(f"compiled by the TPU compiler (libtpu) for {slice_.label}: {slice_.devices} chips on "
                             f"{slice_.hosts} host{'s' * (slice_.hosts > 1)}; planned in "

@@ -108,9 +108,9 @@ NOT_COMPILED = ("the eps-robust Bayes classifiers on the representations (l2 and
 
 
 def _compile_only(run: common.Run, args, config, out: str) -> None:
-    """Every engine step of the language model's run compiled (common.compile_only): synbench.engine_queries
-    once per --input_scales factor, against a compile-only Scorer. Other representations have no engine
-    model: one line."""
+    """Every engine step of the language model's run compiled (common.compile_only): synbench.run on its
+    representation by a compile-only Scorer, uncached, once per --input_scales factor. Other representations
+    have no engine model: one line."""
     kind = synbench.representation_kind(args.model, offline=common.offline(args), revision=args.revision,
                                         allow_pickle=args.allow_pickle)
     if kind != synbench.LANGUAGE_MODEL:
@@ -119,9 +119,8 @@ def _compile_only(run: common.Run, args, config, out: str) -> None:
                            "--compile_only (and --target), or give a language model")
 
     def queries(scorer, name):
-        for _ in args.input_scales or (None,):  # one representation per factor: the same queries each
-            synbench.engine_queries(scorer, name, config, seq_len=args.seq_len, pooling=args.pooling,
-                                    layer=args.layer)
+        for scale in args.input_scales or (None,):
+            synbench.run(load_representation(args, run, scale, {name: scorer}), config, progress=progress)
 
     common.compile_only(run, args, queries, out, notes=[NOT_COMPILED])
 

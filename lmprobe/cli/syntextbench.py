@@ -152,25 +152,24 @@ class _EarlyScore:
         self.run.write(self.path, partial, names=self.names)
 
 
-def _compile_only(run: common.Run, args, configs, trial_tasks, run_dir: str) -> None:
-    """Every engine step of each model's run compiled (common.compile_only): the method's own embedding and
-    in-context queries over every trial's sentences, against a compile-only Scorer."""
+def _compile_only(run: common.Run, args, config, trial_tasks, run_dir: str) -> None:
+    """Every engine step of each model's run compiled (common.compile_only): syntextbench.run over every trial's
+    sentences on a compile-only Scorer, uncached."""
     def queries(scorer, name):
-        for config, tasks in zip(configs, trial_tasks, strict=True):
-            syntextbench.engine_queries(scorer, tasks, config, model_name=name, progress=progress)
+        syntextbench.run(scorer, config, model_name=name, tasks=trial_tasks, progress=progress)
 
     notes = ["the scoring kernels and the loss-data baselines are compiled for one device, where a run puts them "
              "(its process's default device); no hand count of their useful FLOPs, so no estimate in the total"]
-    generator = configs[0].generator
+    generator = config.generator
     if generator:  # the generator's run first (its report in generator/), as a real run generates first
         def generate(scorer, name):
-            for config, tasks in zip(configs, trial_tasks, strict=True):
-                syntextbench.generated_tasks(scorer, config, tasks, progress=progress)
+            for trial, tasks in zip(syntextbench.trial_configs(config), trial_tasks, strict=True):
+                syntextbench.generated_tasks(scorer, trial, tasks, progress=progress)
 
         common.compile_only(run, argparse.Namespace(**{**vars(args), "model": [generator]}), generate, run_dir,
                          notes=[GENERATION], out_for=lambda name: join(run_dir, "generator"))
         notes.append(f"the models' steps are compiled on the LM-free sentences: the ones --generator={generator} "
-                     f"writes (A.2) come from its output, at most 1 + {configs[0].generator_max_tokens} tokens each")
+                     f"writes (A.2) come from its output, at most 1 + {config.generator_max_tokens} tokens each")
     common.compile_only(run, args, queries, run_dir, notes=notes,
                      out_for=lambda name: run_dir if len(args.model) == 1 else join(run_dir, _slug(name)))
 
@@ -192,7 +191,7 @@ def main(argv=None):
         common.require_kind(args, [config.generator], "syntextbench --generator (A.2)", (CAUSAL_LM,))
     run_dir = output_dir(args.output_dir)  # before any model work: a directory we cannot write fails now
     if common.check_compile_flags(args):
-        return _compile_only(run, args, configs, trial_tasks, run_dir)
+        return _compile_only(run, args, config, trial_tasks, run_dir)
     log.info(f"lexicon {config.lexicon}: {len(lists.positive)} positive, {len(lists.negative)} negative, "
              f"{len(lists.neutral)} neutral words; {plural(len(config.levels), 'level')} x {config.n} sentences")
 

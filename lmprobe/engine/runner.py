@@ -144,13 +144,13 @@ class Runner:
     def program(self, name: str, fn, *args, **static):
         """``fn(*args, **static)``: a method's own jitted program on host-sized arrays (kernels on
         embeddings, a probe's training), run where its arguments are (``run_here``); named so that a
-        compile-only runner (engine.aot) compiles it for one device instead."""
+        compile-only runner (planning.aot) compiles it for one device instead."""
         return run_here(name, fn, *args, **static)
 
     def mesh_program(self, name: str, fn, *args):
         """``fn(*args)``: a method's own jitted program over arrays on the mesh (a training step on the
         model's sharded parameters), run where its arguments are; named so that a compile-only runner
-        (engine.aot) compiles it for the whole mesh instead. Give ``fn`` the ``out_shardings`` its
+        (planning.aot) compiles it for the whole mesh instead. Give ``fn`` the ``out_shardings`` its
         outputs keep (a compile-only runner hands them on, abstract)."""
         return run_here(name, fn, *args)
 
@@ -233,7 +233,7 @@ class Runner:
 @dataclasses.dataclass(frozen=True, eq=False)
 class Step:
     """A Runner's jitted step with the runner's weights bound: ``step(*args)`` runs it, ``step.lower(*args)``
-    lowers it (engine.aot); a trace either makes is counted in ``traces`` (the runner's ``compilations``)."""
+    lowers it (planning.aot); a trace either makes is counted in ``traces`` (the runner's ``compilations``)."""
 
     jitted: Callable
     state: object

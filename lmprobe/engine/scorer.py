@@ -46,9 +46,9 @@ from lmprobe.checkpoints import load as load_checkpoint
 from lmprobe.checkpoints.variants import apply_variants, split_name
 from lmprobe.engine import generation, steps
 from lmprobe.engine.batching import FINE_LENGTH_BUCKETS, LENGTH_BUCKETS, bucket_length, cpu_token_budget, restore
-from lmprobe.engine.mesh import make_mesh, placement, replicated
+from lmprobe.engine.memory import check_fits
+from lmprobe.engine.mesh import make_mesh, placement
 from lmprobe.engine.packing import Packed, pack_continuations, pack_pairs, packed_rows, padded
-from lmprobe.engine.plan import check_fits
 from lmprobe.engine.runner import Runner
 from lmprobe.engine.runtime import enable_compilation_cache, initialize_distributed, main_print, resolve_dtype
 from lmprobe.errors import LmprobeError
@@ -161,6 +161,9 @@ class Scorer:
     readback_bytes = _OnRunner()
     compilations = _OnRunner()  # traces per step name (tests, diagnostics)
     embed_batching = "auto"  # 'auto': embed_geometry's rule for encoders on CPU; 'runner': the runner's geometry
+    # None for a Scorer that runs its steps; a compile-only Scorer's settings (planning.aot): its queries
+    # compile their steps and answer zeros, so a method skips the checks that such placeholders would fail
+    compile_only: dict | None = None
 
     def __init_subclass__(cls, *, kind: str | None = None, **kwargs):
         """``class Seq2SeqScorer(Scorer, kind=ENCODER_DECODER)``: the class ``Scorer(model)`` gives for
@@ -219,7 +222,7 @@ class Scorer:
         ``dtype``: a jnp dtype, or a name for ``runtime.resolve_dtype`` ('auto': bfloat16 on GPU
         and TPU, float32 on CPU). Prints the batch geometry once (process 0). Where the device
         reports its memory (GPU, TPU), the memory plan first checks, before any weight is read,
-        that the parameters and the largest bucket's step fit (lmprobe.engine.plan.check_fits); where
+        that the parameters and the largest bucket's step fit (lmprobe.engine.memory.check_fits); where
         only fewer rows fit the largest bucket and no ``max_tokens`` is given, batches hold at most
         the tokens that fit there.
         ``revision``: the hub revision (branch, tag or commit) of a hub model; ``progress``
@@ -546,7 +549,7 @@ class Scorer:
         block = runner.rows(8 * self.batch_size, work=total)
         takes = [np.minimum(np.arange(start, start + block), total - 1)  # repeats, dropped below
                  for start in range(0, total, block)]
-        mask = jax.device_put(mask, replicated(self.mesh))  # one transfer, not one per block
+        mask = runner.replicate(mask)  # one transfer, not one per block
         outs = runner.run(step, ((*runner.put(flat_a[t], flat_b[t]), mask) for t in takes))
         splits = np.cumsum(counts)[:-1]
         return {key: np.split(np.concatenate([o[key] for o in outs])[:total], splits) for key in (outs or [{}])[0]}

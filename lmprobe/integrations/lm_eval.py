@@ -63,7 +63,7 @@ class LmprobeLM(TemplateLM):
 
     Compile before you rent: ``compile_only=True`` with ``target`` (a TPU slice, e.g. v5e-8; none: this
     host's devices), ``num_slices`` and ``hbm`` (bytes per device) compiles every step lm-eval's requests
-    would run, reading no weight and running nothing (lmprobe.engine.aot): the answers are zeros, so lm-eval's
+    would run, reading no weight and running nothing (lmprobe.planning.aot): the answers are zeros, so lm-eval's
     metrics mean nothing; after each batch of requests the report (per step: shapes, calls, memory per device
     and fit, the TPU cost model's estimate) goes to ``report`` (a JSON path; default
     lmprobe_compile_report.json) and the log, and ``main`` prints it last.
@@ -170,8 +170,8 @@ class LmprobeLM(TemplateLM):
     # ------------------------------------------------------------------ requests
 
     def compile_report(self):
-        """What a compile-only model (``compile_only=True``) compiled so far (lmprobe.engine.aot.CompileReport)."""
-        from lmprobe.engine.aot import compile_report
+        """What a compile-only model (``compile_only=True``) compiled so far (lmprobe.planning.aot.CompileReport)."""
+        from lmprobe.planning.aot import compile_report
 
         return compile_report(self.scorer, [COMPILED_ON_ZEROS])
 
@@ -282,10 +282,10 @@ COMPILED_ON_ZEROS = ("lm-eval's requests as a run makes them; answers are zeros:
 
 def _compile_only_scorer(name, dtype, model_parallel, sharding, batch_size, max_tokens, offline, revision, target,
                          num_slices, hbm):
-    """A compile-only Scorer (lmprobe.engine.aot) of ``name`` from the model_args."""
-    from lmprobe.engine import aot
-    from lmprobe.engine.plan import parse_bytes
-    from lmprobe.engine.targets import target as target_slice
+    """A compile-only Scorer (lmprobe.planning.aot) of ``name`` from the model_args."""
+    from lmprobe.planning import aot
+    from lmprobe.planning.plan import parse_bytes
+    from lmprobe.planning.targets import target as target_slice
 
     return aot.compile_only_scorer(
         name, target=None if target is None else target_slice(target, int(num_slices)),

@@ -262,14 +262,15 @@ def evaluate_probe(probe: LinearProbe, z, labels, *, radius: float | None = None
 
 
 def robust_linear_probing(x_train, y_train, x_test, y_test, config: RobustProbeConfig, *,
-                          encoder: Callable | None = None, encoder_params=None, program: Callable = run_here) -> dict:
+                          encoder: Callable | None = None, encoder_params=None, program: Callable = run_here,
+                          radius: float | None = None) -> dict:
     """Table 6 / 9: a standard (eps = 0) and an eps-robust linear probe (eps = ``config.epsilon``)
     trained on (x_train, y_train), both evaluated on the test split, clean and under a PGD-l2
-    attack of the same radius r (eps * ||mu|| of the attacked space's training split if relative);
-    their programs through ``program`` (``train_robust_probe``)."""
+    attack of the same radius r (eps * ||mu|| of the attacked space's training split if relative;
+    ``radius`` overrides it); their programs through ``program`` (``train_robust_probe``)."""
     config.check()
     data, enc, eparams = _attacked(x_train, y_train, config, encoder, encoder_params)
-    radius = attack_radius(data, y_train, config)
+    radius = attack_radius(data, y_train, config) if radius is None else float(radius)
     scale = class_radius(data, y_train)
     standard = train_robust_probe(data, y_train, dataclasses.replace(config, attack="input"), encoder=enc,
                                   encoder_params=eparams, radius=0.0, program=program)

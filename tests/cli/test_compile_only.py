@@ -1,9 +1,10 @@
 """Compile before you rent, from a front end: ``--compile_only`` (``--target``) compiles every step the run
-would execute at the run's batch geometry (lmprobe.engine.aot), and reports it in results.json. The CPU
+would execute at the run's batch geometry (lmprobe.planning.aot), and reports it in results.json. The CPU
 tests compare it with a real run of the same command; the TPU tests compile a small model for v5e-8
 with libtpu (the test extra). Small sets: a few seconds per compile."""
 
 import collections
+import importlib
 import json
 import re
 
@@ -12,8 +13,9 @@ import jax.numpy as jnp
 import pytest
 
 from lmprobe.cli import syntextbench
-from lmprobe.engine import targets
 from lmprobe.engine.runner import Runner
+from lmprobe.methods.byod import METRICS as BYOD_METRICS
+from lmprobe.planning import targets
 
 needs_libtpu = pytest.mark.skipif(not targets.libtpu_available(),
                                   reason="libtpu is not installed (the test extra installs it)")
@@ -149,31 +151,6 @@ def test_a_program_that_does_not_fit_names_the_sample_size(tmp_path, capsys, tin
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
     assert len(err) == 1 and re.search(r"its probe_\w+ program \(on one device.* fewer samples \(--n\) or levels, "
                                        r"or leave out its loss-data baselines \(--no_baselines\)", err[0])
-
-
-@needs_libtpu
-def test_syntextbench_compiles_for_v5e_8(tmp_path, capsys, tiny_minilm_dir):
-    """(Tiny) MiniLM for a v5e-8 from this host: the TPU compiler's memory and cost per step, bf16, 8 rows
-    per batch on 8 data shards; the table labels its times as estimates."""
-    syntextbench.main([f"--model={tiny_minilm_dir}", "--lexicon=afinn", "--n=200", "--levels=0", "--no_baselines",
-                       "--batch_size=1", "--target=v5e-8", "--compile_only", f"--output_dir={tmp_path}"])
-    report = _report(tmp_path / "results.json")
-    assert (report["target"], report["platform"], report["devices"], report["dtype"]) == ("v5e-8", "tpu", 8,
-                                                                                         "bfloat16")
-    assert report["fits"] is True and report["hbm_bytes"] == targets.target("v5e-8").chip.hbm_bytes
-    steps = [s for s in report["steps"] if s["model_step"]]
-    assert steps and all(s["step"] == "embed" and s["global_rows"] == 8 and s["rows_per_device"] == 1 for s in steps)
-    assert all(s["cost"]["useful_flops"] > 0 and s["compile_seconds"] > 0 for s in steps)
-    assert report["estimated_seconds"] > 0
-    # the scoring kernels on one chip, without an estimate (the probes are compiled on CPU by
-    # test_a_program_that_does_not_fit_names_the_sample_size)
-    programs = {s["step"]: s for s in report["steps"] if not s["model_step"]}
-    assert set(programs) == {"accuracy_margin", "score"}
-    assert all(s["fits"] and s["peak_bytes"] > 0 and s["cost"]["overhead"] is None and "estimated_seconds" in s
-               and s["estimated_seconds"] is None for s in programs.values())
-    assert programs["accuracy_margin"]["shapes"][0] == "float32[1,180,64]"  # 1 level, 90% of 200, width 64
-    out = capsys.readouterr().out
-    assert "ESTIMATE (TPU cost model, not measured)" in out and "without an estimate" not in out
 
 
 @needs_libtpu
@@ -325,36 +302,96 @@ def test_scope_old_target_flag_and_checkpoint_heads_are_one_line(argv, says, tmp
     assert e.value.code == 2 and len(err) == 1 and re.search(says, err[0])
 
 
-@needs_libtpu
-def test_scope_compiles_a_fine_tuned_heads_training_for_v5e_8(tmp_path, tiny_minilm_dir):
+def _syntextbench_v5e_8(report, out):
+    """(Tiny) MiniLM: the TPU compiler's memory and cost per step, bf16, 8 rows per batch on 8 data shards; the
+    table labels its times as estimates."""
+    assert (report["platform"], report["dtype"]) == ("tpu", "bfloat16")
+    assert report["hbm_bytes"] == targets.target("v5e-8").chip.hbm_bytes
+    steps = [s for s in report["steps"] if s["model_step"]]
+    assert steps and all(s["step"] == "embed" and s["global_rows"] == 8 and s["rows_per_device"] == 1 for s in steps)
+    assert all(s["cost"]["useful_flops"] > 0 and s["compile_seconds"] > 0 for s in steps)
+    assert report["estimated_seconds"] > 0
+    # the scoring kernels on one chip, without an estimate (the probes are compiled on CPU by
+    # test_a_program_that_does_not_fit_names_the_sample_size)
+    programs = {s["step"]: s for s in report["steps"] if not s["model_step"]}
+    assert set(programs) == {"accuracy_margin", "score"}
+    assert all(s["fits"] and s["peak_bytes"] > 0 and s["cost"]["overhead"] is None and "estimated_seconds" in s
+               and s["estimated_seconds"] is None for s in programs.values())
+    assert programs["accuracy_margin"]["shapes"][0] == "float32[1,180,64]"  # 1 level, 90% of 200, width 64
+    assert "ESTIMATE (TPU cost model, not measured)" in out and "without an estimate" not in out
+
+
+def _synbench_v5e_8(report, out):
+    """(Tiny) MiniLM's embed_inputs: 8 rows on 8 data shards, bf16, the TPU compiler's verdict and cost; the
+    robust probe on the representation (the largest budget: a standard and a robust probe) on one chip."""
+    assert report["dtype"] == "bfloat16"
+    (step,) = [s for s in report["steps"] if s["model_step"]]
+    assert (step["step"], step["global_rows"], step["calls"]) == ("embed_inputs", 8, 2 * 2 + 2 * 2)  # 16 a split
+    assert step["cost"]["useful_flops"] > 0
+    assert {s["step"]: s["calls"] for s in report["steps"]}["robust_probe_fit"] == 2
+
+
+def _scope_v5e_8(report, out):
     """SCoPE with fine-tuned heads (encoders): Adam's initial state, each training step (5 epochs of one batch)
     on the model's fsdp shards, the trained head's scoring (a black box of it samples those scores). Adam's
     moments are sharded as the parameters: a step's arguments are about 3x the parameters per device (8x
     more, were they replicated)."""
-    from lmprobe.cli import scope
-
-    scope.main([f"--reference={tiny_minilm_dir}", f"--model=blackbox:{tiny_minilm_dir}", _labelled(tmp_path),
-                "--max_examples=2", "--batch_size=2", "--trials=1", "--capability=typo", "--bootstrap=0",
-                "--target=v5e-8", "--compile_only", f"--output_dir={tmp_path}"])
-    report = _report(tmp_path / "results.json")["models"][tiny_minilm_dir]
-    steps = {s["step"]: s for s in report["steps"]}
-    assert set(steps) == {"finetune_init", "finetune_step", "scope_classify"} and report["fits"] is True
+    (model,) = report["models"].values()
+    steps = {s["step"]: s for s in model["steps"]}
+    assert set(steps) == {"finetune_init", "finetune_step", "scope_classify"}
     assert steps["finetune_init"]["calls"] == 1 and steps["finetune_step"]["calls"] == 5
     assert steps["finetune_step"]["shapes"][:2] == ["int32[16,8]", "int32[16,8]"]  # the batch, over 8 shards
-    params = report["param_bytes_per_device"]
+    params = model["param_bytes_per_device"]
     assert 3 * params <= steps["finetune_step"]["argument_bytes"] <= 4 * params, (params, steps["finetune_step"])
     assert not steps["finetune_step"]["model_step"] and steps["scope_classify"]["model_step"]
 
 
-@needs_libtpu
-def test_synbench_compiles_for_v5e_8(tmp_path, tiny_minilm_dir):
-    """(Tiny) MiniLM's embed_inputs for a v5e-8: 8 rows on 8 data shards, bf16, the TPU compiler's verdict and cost."""
-    from lmprobe.cli import synbench
+def _byod_v5e_8(report, out):
+    """Every metric at once: each of them compiled, none refused."""
+    (compiled,) = [n for n in report["notes"] if n.startswith("metrics compiled: ")]
+    assert compiled.removeprefix("metrics compiled: ").split(", ") == list(BYOD_METRICS)
+    assert not [n for n in report["notes"] if "not compiled, it could not run" in n], report["notes"]
+    assert {"score_packed", "hidden_at", "pair_stats", "generate"} <= {s["step"] for s in report["steps"]}
 
-    synbench.main([f"--model={tiny_minilm_dir}", "--n=16", "--scales=1", "--eps=0", "--a_t=0.7", "--batch_size=1",
-                   "--seq_len=4", "--target=v5e-8", "--compile_only", f"--output_dir={tmp_path}"])
-    report = _report(tmp_path / "results.json")
-    assert (report["target"], report["devices"], report["dtype"], report["fits"]) == ("v5e-8", 8, "bfloat16", True)
-    (step,) = [s for s in report["steps"] if s["model_step"]]
-    assert (step["step"], step["global_rows"], step["calls"]) == ("embed_inputs", 8, 2 * 2)  # 16 a split: 2 x 8
-    assert step["cost"]["useful_flops"] > 0
+
+def _mstemp_v5e_8(report, out):
+    """The evaluator's generation and the target's scoring (one Scorer: the same model), the filter's embedding."""
+    decoder, encoder = report["models"].values()
+    assert {"generate", "score"} <= {s["step"] for s in decoder["steps"]}
+    assert {s["step"] for s in encoder["steps"]} == {"embed"}
+
+
+def _v5e_8_case(method: str, tmp_path, decoder: str, encoder: str) -> tuple[list[str], object]:
+    """Tiny settings of each front end (a tiny SmolLM2 and MiniLM; a few shapes each), and what its report holds."""
+    return {
+        "syntextbench": ([f"--model={encoder}", "--lexicon=afinn", "--n=200", "--levels=0", "--no_baselines",
+                          "--batch_size=1"], _syntextbench_v5e_8),
+        "synbench": ([f"--model={encoder}", "--n=16", "--scales=1", "--eps=0,0.5", "--a_t=0.7", "--batch_size=1",
+                      "--seq_len=4", "--robust_probe", "--probe_attack=representation", "--probe_steps=2"],
+                     _synbench_v5e_8),
+        "byod": ([f"--model={decoder}", "--corpus=fortunes", "--max_documents=40", "--max_examples=2",
+                  f"--metrics={','.join(BYOD_METRICS)}", "--batch_size=1"], _byod_v5e_8),
+        "scope": ([f"--reference={encoder}", f"--model=blackbox:{encoder}", _labelled(tmp_path), "--max_examples=2",
+                   "--batch_size=2", "--trials=1", "--capability=typo", "--bootstrap=0"], _scope_v5e_8),
+        "mstemp": ([f"--model={decoder}", f"--evaluator={decoder}", f"--filter={encoder}", _labelled(tmp_path),
+                    "--max_examples=2", "--n_templates=1", "--m_samples=1", "--max_new_tokens=4", "--batch_size=1",
+                    "--label_names=negative,positive"], _mstemp_v5e_8),
+    }[method]
+
+
+@needs_libtpu
+@pytest.mark.parametrize("method", ["syntextbench", "synbench", "byod", "scope", "mstemp"])
+def test_every_front_end_compiles_its_method_for_v5e_8(method, tmp_path, capsys, tiny_smollm2_dir, tiny_minilm_dir):
+    """Each method's own run on compile-only Scorers for a v5e-8 from this host (libtpu's compile-only client:
+    nothing may be placed on its devices), to its report: results.json (per model), the table on stdout."""
+    argv, check = _v5e_8_case(method, tmp_path, tiny_smollm2_dir, tiny_minilm_dir)
+    importlib.import_module(f"lmprobe.cli.{method}").main([*argv, "--target=v5e-8", "--compile_only",
+                                                           f"--output_dir={tmp_path}/out"])
+    report = _report(tmp_path / "out" / "results.json")
+    models = list(report["models"].values()) if "models" in report else [report]
+    assert report["compile_only"] and report["fits"] is True and models
+    for model in models:
+        assert (model["target"], model["devices"]) == ("v5e-8", 8) and model["steps"], model["model"]
+    out = capsys.readouterr().out
+    assert out.count("compiled, not run: ") == len(models) and "report in " in out
+    check(report, out)

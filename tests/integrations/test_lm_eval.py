@@ -19,9 +19,10 @@ from lm_eval.models.huggingface import HFLM
 from lm_eval.tasks import TaskManager
 
 from lmprobe.checkpoints import load
-from lmprobe.engine import Scorer, make_mesh, placement, targets
+from lmprobe.engine import Scorer, make_mesh, placement
 from lmprobe.errors import LmprobeError
 from lmprobe.integrations.lm_eval import LmprobeLM, main
+from lmprobe.planning import targets
 from tests.engine.conftest import tiny_llama_dir  # noqa: F401  (a fixture)
 
 FIXTURES = pathlib.Path(__file__).with_name("fixtures")

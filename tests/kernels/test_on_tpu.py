@@ -12,7 +12,7 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from lmprobe import kernels
-from lmprobe.engine import targets
+from lmprobe.planning import targets
 
 needs_libtpu = pytest.mark.skipif(not targets.libtpu_available(),
                                   reason="libtpu is not installed (the test extra installs it)")

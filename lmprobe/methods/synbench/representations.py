@@ -17,6 +17,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from lmprobe.data import gaussian
+from lmprobe.engine.runner import run_here
 from lmprobe.errors import LmprobeError
 from lmprobe.methods import model_key
 from lmprobe.methods.realtask import default_pooling
@@ -46,6 +47,11 @@ class Representation:
     encoder_params: object = None
     # a checkpoint loaded for this representation: its model_identity, location included (run_info; not in cache keys)
     checkpoint: dict | None = None
+    # where the method's own programs run (the metric, baselines, robust probe): a language model's Scorer's
+    # runner.program, so that a compile-only run compiles them beside the model's steps
+    program: Callable = run_here
+    # fn is a compile-only Scorer's (its answers are zeros): the checks that placeholders fail are skipped
+    compile_only: bool = False
 
     def spec(self, config: Config) -> gaussian.GaussianSpec:
         return gaussian.GaussianSpec(tuple(self.input_shape), config.covariance, tuple(config.band),
@@ -172,6 +178,8 @@ def scorer_representation(scorer, name: str, *, seq_len: int = DEFAULT_SEQ_LEN, 
     the token embeddings (``token_embedding_rms``; CACHE_VERSION 4's inputs). Either map is an
     invertible affine function of x, so the raw reference is unchanged. ``moments``: (mu, R) of
     ``embedding_moments`` computed once (``input_scale_sweep``).
+    * A compile-only Scorer (``scorer.compile_only``) has no weights to take moments of: its inputs are
+    x as drawn (their values choose no step; their shapes are the run's).
     """
     if inputs not in INPUTS:
         raise LmprobeError(f"inputs={inputs!r} for {name}: choose from {', '.join(INPUTS)}")
@@ -181,7 +189,12 @@ def scorer_representation(scorer, name: str, *, seq_len: int = DEFAULT_SEQ_LEN, 
     hidden = int(scorer.config.hidden_size)
     signs = balanced_signs(hidden)
     settings = {"pooling": pooling, "layer": layer, "seq_len": seq_len, "inputs": inputs, "input_signs": "balanced"}
-    if inputs == "rms":
+    compile_only = getattr(scorer, "compile_only", None) is not None  # a Scorer's; a stand-in with embed_inputs: no
+    runner = getattr(scorer, "runner", None)
+    if compile_only:
+        scale = 1.0 if input_scale is None else float(input_scale)
+        transform = np.asarray
+    elif inputs == "rms":
         scale = float(token_embedding_rms(scorer) if input_scale is None else input_scale)
         factor = signs * np.float32(scale)
         transform = lambda x: np.asarray(x) * factor
@@ -195,7 +208,8 @@ def scorer_representation(scorer, name: str, *, seq_len: int = DEFAULT_SEQ_LEN, 
     return Representation(name, (seq_len, hidden),
                           lambda x: scorer.embed_inputs(np.asarray(transform(x)), pooling=pooling, layer=layer),
                           channel_axis=-1, settings=settings,
-                          identity=identity if identity is not None else model_key(scorer))
+                          identity=identity if identity is not None else model_key(scorer),
+                          program=run_here if runner is None else runner.program, compile_only=compile_only)
 
 
 def embedding_moments(scorer, sample: int = EMBEDDING_SAMPLE, *, name: str = "the model") -> tuple[np.ndarray, ...]:

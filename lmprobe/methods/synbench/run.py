@@ -26,7 +26,6 @@ from lmprobe.methods.synbench.config import (
     CURVE_GRID,
     DEFAULT_INPUT_SCALES,
     DEFAULT_N_RATIO,
-    DEFAULT_SEQ_LEN,
     DOWNSTREAM_SEED_OFFSET,
     STDERR_DRAWS,
     Config,
@@ -307,7 +306,8 @@ def run(rep: Representation, config: Config, *, cache_dir: str | None = None,
                 reps, labels = _cached_split(rep, config, spec, scale, split, cache_dir, ticker.advance, width)
                 target += per_split
                 ticker.advance_to(target)  # a split read from the cache moves the bar at once
-                check_representations(rep.name, reps, scale)
+                if not rep.compile_only:  # a compile-only Scorer's zeros: constant by construction
+                    check_representations(rep.name, reps, scale)
                 check_lp_width(config.n, reps.shape[-1], config)  # after the first split, not all of them
                 z[split].append(reps)
                 y[split].append(labels.astype(np.int32))
@@ -315,13 +315,16 @@ def run(rep: Representation, config: Config, *, cache_dir: str | None = None,
     with stages("metric"):
         z_train, z_test = np.stack(z["train"]), np.stack(z["test"])
         y_train, y_test = np.stack(y["train"]), np.stack(y["test"])
-        degenerate = _check_budgets(rep.name, z_train, y_train, config)
-        summary = representation_summary(z_train, y_train, z_test, y_test, config)
+        degenerate = ({str(e): 0 for e in config.epsilons} if rep.compile_only else
+                      _check_budgets(rep.name, z_train, y_train, config))
+        summary = representation_summary(z_train, y_train, z_test, y_test, config, program=rep.program)
         rep_acc = np.asarray(summary.accuracy, np.float64)
         rep_bound = np.asarray(summary.mean_scaled_margin, np.float64)
         scores = synbench_scores(rep_acc, rep_bound, raw, config)
         curves = threshold_curves(rep_acc, rep_bound, raw, config)
-        corrected = corrected_summary(z_train, y_train, z_test, y_test, config) if 0.0 in config.epsilons else None
+        # host-side statistics (nothing compiled), undefined on a compile-only Scorer's zeros: left out there
+        corrected = (corrected_summary(z_train, y_train, z_test, y_test, config)
+                     if 0.0 in config.epsilons and not rep.compile_only else None)
 
     rows = [{"eps": e, "a_t": a, "score": float(scores[i, j])}
             for i, a in enumerate(config.a_t) for j, e in enumerate(config.epsilons)]
@@ -348,7 +351,8 @@ def run(rep: Representation, config: Config, *, cache_dir: str | None = None,
     probe = None
     if config.robust_probe:
         with stages("robust_probe"):
-            eps = robust_probe.suggest_epsilon(rows, config.probe_a_t)
+            # compile-only: no scores to choose from; the largest budget trains the robust probe as well
+            eps = max(config.epsilons) if rep.compile_only else robust_probe.suggest_epsilon(rows, config.probe_a_t)
             probe = {"a_t": config.probe_a_t, "argmax_eps": eps, "scale": config.probe_scale,
                      **robust_linear_probing(rep, config, eps)}
     return Result(rep.name, rows, curves, info, stages.seconds, config, probe, baselines, stages.cached)
@@ -373,47 +377,6 @@ def input_scale_sweep(scorer, name: str, config: Config, input_scales=DEFAULT_IN
         kwargs["moments"] = embedding_moments(scorer, name=name)
     return {float(c): run(scorer_representation(scorer, name, input_scale=c, **kwargs), config, cache_dir=cache_dir,
                           progress=progress) for c in input_scales}
-
-
-def engine_queries(scorer, name: str, config: Config, *, seq_len: int = DEFAULT_SEQ_LEN, pooling: str | None = None,
-                   layer: int = -1) -> None:
-    """Every engine query ``run`` asks of a language model's ``scorer_representation`` (uncached, in order):
-    Scorer.embed_inputs of each batch of Gaussian inputs of every (scale, split), then the robust probe's
-    train and test inputs where it attacks the representation (``probe_attack="representation"``; an LM
-    has no input attack); then the programs of the metric (the eps-robust Bayes classifiers), of the loss-data
-    baselines and of the robust probe (its standard and robust training and evaluation) on representations of
-    those shapes. What a compile-only Scorer compiles (lmprobe.engine.aot):
-    the inputs are zeros of the batches' shapes (their values choose no step), so neither the embedding
-    moments (``model.embed`` over the vocabulary, eager) nor the Gaussian draws are computed."""
-    rep = scorer_representation(scorer, name, seq_len=seq_len, pooling=pooling, layer=layer, inputs="rms",
-                                input_scale=1.0)  # the same fn (pooling, layer) without the moments' weights
-
-    def queries(n: int) -> int:
-        for start in range(0, n, config.batch_size):  # gaussian.batches' batches: the last one cut short
-            width = np.shape(rep.fn(np.zeros((min(config.batch_size, n - start), *rep.input_shape), np.float32)))[-1]
-        return width
-
-    for _scale in config.scales:
-        for _split in ("train", "test"):
-            width = queries(config.n)
-    probe = config.robust_probe and config.probe_attack == "representation"
-    if probe:
-        for _split in ("train", "test"):
-            queries(config.probe_n or config.n)
-    # the Bayes classifiers', the baselines' and the probes' programs on representations of these shapes
-    # (labels alternate; the probes' classes 1 apart, so that the robust one has a radius to train at)
-    program = scorer.runner.program
-    z = np.zeros((len(config.scales), config.n, width), np.float32)
-    y = np.broadcast_to(np.where(np.arange(config.n) % 2 == 0, 1, -1).astype(np.int32), z.shape[:2])
-    representation_summary(z, y, z, y, config, program=program)
-    if config.baselines:
-        loss_data.loss_data_curves(z[0], y[0], steps=config.baseline_steps, seed=config.seed, program=program)
-    if probe:
-        n = config.probe_n or config.n
-        y = np.where(np.arange(n) % 2 == 0, 1, -1).astype(np.int32)
-        z = np.zeros((n, width), np.float32)
-        z[:, 0] = 0.5 * y
-        robust_probe.robust_linear_probing(z, y, z, y, _probe_config(config, max(config.epsilons)), program=program)
 
 
 def downstream_task(rep: Representation, config: Config) -> tuple[np.ndarray, ...]:
@@ -448,12 +411,14 @@ def robust_linear_probing(rep: Representation, config: Config, epsilon: float) -
             raise LmprobeError(f"{rep.name} is not a differentiable JAX function of its inputs, so the robust "
                                "probe cannot attack the input: use `probe_attack=representation`")
         x_train, x_test = (_represent_inputs(rep, v, config.batch_size) for v in (x_train, x_test))
-        return robust_probe.robust_linear_probing(x_train, y_train, x_test, y_test, probe_config)
+        # compile-only: zeros have no class distance to scale eps by (the programs are the same at any radius > 0)
+        return robust_probe.robust_linear_probing(x_train, y_train, x_test, y_test, probe_config, program=rep.program,
+                                                  radius=epsilon if rep.compile_only else None)
     fn, params = encoder
     if params is None:  # a function of the inputs alone
         fn = functools.partial(fn, None)
     return robust_probe.robust_linear_probing(x_train, y_train, x_test, y_test, probe_config, encoder=fn,
-                                              encoder_params=params)
+                                              encoder_params=params, program=rep.program)
 
 
 def _probe_config(config: Config, epsilon: float) -> robust_probe.RobustProbeConfig:
@@ -467,7 +432,7 @@ def baseline_metrics(rep: Representation, config: Config, spec, z, y, cache_dir,
     compute = lambda: {"scale": config.baseline_scale, "n": int(len(z)), "steps": config.baseline_steps,
                        **loss_data.loss_data_metrics(loss_data.loss_data_curves(
                            z, y, steps=config.baseline_steps, seed=config.seed, progress=progress,
-                           desc=f"{rep.name}: loss-data baselines"))}
+                           desc=f"{rep.name}: loss-data baselines", program=rep.program))}
     if cache_dir is None:
         return compute()
     key = cache_key(split=_split_key(rep, config, spec, config.baseline_scale, "train"),

@@ -290,20 +290,6 @@ def _baselines(scorer, pairs, keys, train, test, config: Config, model_name: str
             desc=f"{model_name}: loss-data baselines", program=scorer.runner.program))})
 
 
-def engine_queries(scorer, tasks: Tasks, config: Config, *, model_name: str, progress: Callable = no_progress) -> None:
-    """Every engine query and program ``run`` asks of ``scorer`` on ``tasks``, uncached and in the same
-    order (the embeddings, the scoring kernels, a decoder's in-context prompts, the loss-data
-    baselines): what a compile-only Scorer compiles."""
-    pooling = config.pooling or default_pooling(scorer)
-    keys, train, test = _embeddings(scorer, tasks.levels, pooling, model_name=model_name, cache_dir=None,
-                                    progress=progress)
-    level_scores(tasks.levels, train, test, config, program=scorer.runner.program)
-    if scorer.is_decoder and config.icl_examples:
-        _icl(scorer, tasks.levels, config, model_name, None, progress)
-    if config.baselines:
-        _baselines(scorer, tasks.levels, keys, train, test, config, model_name, None, progress)
-
-
 def level_scores(pairs, train, test, config: Config, *, program: Callable = run_here):
     """Alg. 1 lines 4-11 from the levels' (train, test) embeddings: per-level accuracy and mean
     scaled margin (numpy), the score at config.a_t, and the scores at config.a_t_sweep; the kernels

@@ -3,7 +3,6 @@ the no-fit errors, and that planning never opens a tensor file. Tiny configs onl
 the cost); the 8 CPU devices come from tests/conftest.py."""
 
 import json
-import logging
 import os
 import subprocess
 import sys
@@ -14,9 +13,10 @@ import pytest
 
 from lmprobe.checkpoints.configs import names, path_of
 from lmprobe.checkpoints.model_config import hf_config
-from lmprobe.engine import plan as P
+from lmprobe.engine import memory
 from lmprobe.engine.mesh import make_mesh
 from lmprobe.errors import LmprobeError
+from lmprobe.planning import plan as P
 
 L, D, V, T, F = 2, 64, 256, 128, 256  # tiny GPT-2: layers, width, vocab, positions, MLP width
 TINY = dict(model_type="gpt2", n_layer=L, n_embd=D, n_head=4, vocab_size=V, n_positions=T)
@@ -43,6 +43,7 @@ def shared_compiles(monkeypatch):
         return planners[key]
 
     monkeypatch.setattr(P, "Planner", planner)
+    monkeypatch.setattr(memory, "Planner", planner)
 
 
 def hand_count(strategy: str, data: int, model: int, itemsize: int = 4) -> int:
@@ -115,7 +116,7 @@ def test_largest_batch_search_is_monotone_and_fits(shared_compiles):
     rows = [b.rows for b in p.buckets]
     assert [b.length for b in p.buckets] == [16, 64]
     assert rows[0] >= rows[1] >= 1
-    assert all(b.global_rows == 8 * b.rows and b.compiles <= 2 + P._REFINE for b in p.buckets)
+    assert all(b.global_rows == 8 * b.rows and b.compiles <= 2 + memory._REFINE for b in p.buckets)
     assert all(b.peak_bytes <= hbm for b in p.buckets)  # each from a compile at b.rows
     first = p.buckets[0]  # and a new compile (not the search's memo) agrees
     assert _Fresh(TINY, jnp.float32, "tiny").step(MESH, "fsdp", first.rows, first.length).peak_bytes <= hbm
@@ -129,10 +130,10 @@ def test_largest_batch_search_is_monotone_and_fits(shared_compiles):
 def test_no_fit_names_model_parallel_without_compiling():
     total = hand_count("tp", 1, 1)  # tp on data=8 x model=1: every weight replicated
     with pytest.raises(LmprobeError, match=r"`model_parallel=2` ") as err:
-        P.check_fits(TINY, mesh=MESH, strategy="tp", hbm_bytes=int(total * 0.6))
+        memory.check_fits(TINY, mesh=MESH, strategy="tp", hbm_bytes=int(total * 0.6))
     assert "does not fit" in str(err.value) and "`sharding=fsdp`" in str(err.value)
     with pytest.raises(LmprobeError, match=r"`dtype=bfloat16`"):  # fsdp over all 8 is not enough
-        P.check_fits(TINY, mesh=MESH, strategy="fsdp", hbm_bytes=hand_count("fsdp", 8, 1) - 1)
+        memory.check_fits(TINY, mesh=MESH, strategy="fsdp", hbm_bytes=hand_count("fsdp", 8, 1) - 1)
 
 
 def test_fewer_rows_at_the_longest_bucket_cap_the_tokens_and_a_given_cap_is_kept(shared_compiles):
@@ -141,29 +142,15 @@ def test_fewer_rows_at_the_longest_bucket_cap_the_tokens_and_a_given_cap_is_kept
     error naming batch_size."""
     one_row = P.plan(TINY, mesh=MESH, batch_size=1, max_length=64, search=False).step_memory.peak_bytes
     hbm = int(one_row * 1.2)
-    fit = P.check_fits(TINY, mesh=MESH, batch_size=4, max_length=64, hbm_bytes=hbm)
+    fit = memory.check_fits(TINY, mesh=MESH, batch_size=4, max_length=64, hbm_bytes=hbm)
     rows = fit.max_tokens // 64
     assert fit.max_tokens == rows * 64 and 1 <= rows < 4
     assert fit.step_memory.rows == rows and fit.step_memory.peak_bytes <= hbm
     assert P.plan(TINY, mesh=MESH, batch_size=rows + 1, max_length=64, search=False).step_memory.peak_bytes > hbm
-    assert P.check_fits(TINY, mesh=MESH, batch_size=4, max_length=64, hbm_bytes=4 * one_row).max_tokens is None
+    assert memory.check_fits(TINY, mesh=MESH, batch_size=4, max_length=64, hbm_bytes=4 * one_row).max_tokens is None
     with pytest.raises(LmprobeError, match=r"`batch_size=\d+` ") as err:
-        P.check_fits(TINY, mesh=MESH, batch_size=4, max_length=64, max_tokens=256, hbm_bytes=hbm)
+        memory.check_fits(TINY, mesh=MESH, batch_size=4, max_length=64, max_tokens=256, hbm_bytes=hbm)
     assert "4 rows per device x 64 tokens" in str(err.value)
-
-
-def test_a_scorer_takes_the_plans_token_cap(monkeypatch, tiny_llama_dir, caplog):
-    """Where the device reports its memory (GPU, TPU; simulated here), Scorer.load caps its batches at what the
-    plan found fits the longest bucket, and says so in its batch line."""
-    from lmprobe.engine import Scorer, scorer
-
-    one_row = P.plan(str(tiny_llama_dir), batch_size=1, max_length=64, search=False).step_memory.peak_bytes
-    monkeypatch.setattr(P, "device_hbm", lambda devices: int(one_row * 1.2))
-    monkeypatch.setattr(scorer, "BATCH_LINES", set())
-    with caplog.at_level(logging.INFO, logger="lmprobe"):
-        loaded = Scorer.load(str(tiny_llama_dir), batch_size=4, max_length=64)
-    assert loaded.max_tokens is not None and loaded.max_tokens % 64 == 0 and loaded.max_tokens < 4 * 64
-    assert f"at most {loaded.max_tokens} tokens per device (the memory plan:" in caplog.text
 
 
 def test_max_tokens_caps_the_rows_as_the_scorer_does(shared_compiles):
@@ -186,8 +173,8 @@ def test_plan_devices_and_dtype():
 
 
 def test_check_fits_without_a_limit_on_cpu_compiles_nothing():
-    assert P.device_hbm(MESH.devices.flat) is None
-    assert P.check_fits(TINY, mesh=MESH) is None
+    assert memory.device_hbm(MESH.devices.flat) is None
+    assert memory.check_fits(TINY, mesh=MESH) is None
 
 
 def test_planning_opens_no_tensor_file(monkeypatch, tmp_path):
@@ -261,9 +248,9 @@ def test_fsdp_activations_stay_split_over_the_batch(tiny_planner):
 def test_a_compile_that_runs_out_says_the_figure_only_when_the_compiler_gave_one():
     """XLA's TPU compiler names the temporaries it asked for; a CUDA compile that runs out (seen on an H200:
     autotuning at 16 rows x 32768 tokens) names none, and the plan then prints no made-up figure."""
-    tpu = P._exhausted_bytes("RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm. ... temporaries (32.02G)")
-    gpu = P._exhausted_bytes("RESOURCE_EXHAUSTED: Failed to allocate request for 512.00GiB on device ordinal 0")
-    step = lambda temp: P.StepMemory(16, 16, 32768, 0, 0, temp, 0, 0, 1.0, exhausted=True)  # noqa: E731
-    assert tpu == int(32.02 * 2**30) and gpu == P.UNKNOWN_BYTES
-    assert P.ran_out(step(tpu)) == "the compiler ran out of memory (temporaries 32.02 GiB)"
-    assert P.ran_out(step(gpu)) == "the compiler ran out of memory"
+    tpu = memory._exhausted_bytes("RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm. ... temporaries (32.02G)")
+    gpu = memory._exhausted_bytes("RESOURCE_EXHAUSTED: Failed to allocate request for 512.00GiB on device ordinal 0")
+    step = lambda temp: memory.StepMemory(16, 16, 32768, 0, 0, temp, 0, 0, 1.0, exhausted=True)  # noqa: E731
+    assert tpu == int(32.02 * 2**30) and gpu == memory.UNKNOWN_BYTES
+    assert memory.ran_out(step(tpu)) == "the compiler ran out of memory (temporaries 32.02 GiB)"
+    assert memory.ran_out(step(gpu)) == "the compiler ran out of memory"

@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from lmprobe.engine import plan as P
-from lmprobe.engine import targets
-from lmprobe.engine.hlo_cost import program_cost
+from lmprobe.engine import memory
+from lmprobe.engine.mesh import make_mesh
 from lmprobe.errors import LmprobeError
+from lmprobe.planning import plan as P
+from lmprobe.planning import targets
+from lmprobe.planning.hlo_cost import program_cost
 
 needs_libtpu = pytest.mark.skipif(not targets.libtpu_available(),
                                   reason="libtpu is not installed (the test extra installs it)")
@@ -60,7 +62,7 @@ def test_libtpu_missing_names_the_extra(monkeypatch):
 
 def test_parameters_that_never_fit_name_more_devices():
     with pytest.raises(LmprobeError, match=r"opt-13b does not fit: .* use at least \d+ devices"):
-        P.check_fits("opt-13b", dtype=jnp.bfloat16, mesh=P.make_mesh(1, jax.devices()[:1]),
+        memory.check_fits("opt-13b", dtype=jnp.bfloat16, mesh=make_mesh(1, jax.devices()[:1]),
                      hbm_bytes=targets.target("v5e-8").chip.hbm_bytes, offline=True)
 
 

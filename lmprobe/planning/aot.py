@@ -6,7 +6,7 @@
 
 The Scorer is the one a run builds (the same queries, tokenizer, buckets and batch geometry), over the
 model built abstractly (``nnx.eval_shape``: jax.ShapeDtypeStruct parameters sharded on the mesh as a
-run places them) on the mesh of a TPU target (lmprobe.engine.targets: libtpu's compiler, no TPU
+run places them) on the mesh of a TPU target (lmprobe.planning.targets: libtpu's compiler, no TPU
 needed) or of this host's devices. Its runner (``CompileOnlyRunner``) lowers every step a query
 dispatches with abstract arguments, compiles each distinct (step, shapes) once through the memory
 plan's path (``plan.Planner.compiled``: the compiler's memory analysis, RESOURCE_EXHAUSTED as 'does
@@ -34,14 +34,15 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from lmprobe import log as _log
+from lmprobe.engine.memory import StepMemory, device_hbm, format_bytes
 from lmprobe.engine.mesh import DATA, MODEL, batch_sharding, make_mesh, replicated
-from lmprobe.engine.plan import Planner, StepMemory, base_plan, device_hbm, format_bytes, planner_setup
 from lmprobe.engine.runner import Runner, Step
 from lmprobe.engine.scorer import Scorer
-from lmprobe.engine.targets import Target, target_devices
 from lmprobe.errors import LmprobeError
+from lmprobe.planning.plan import Planner, base_plan, planner_setup
+from lmprobe.planning.targets import Target, target_devices
 
-log = _log.get("lmprobe.engine.aot")
+log = _log.get("lmprobe.planning.aot")
 NO_HEAD = ("embed", "embed_inputs", "hidden_at")  # steps that never run the LM head (cost: useful FLOPs)
 TOKENS_PER_WORD = 1.5  # WordCountTokenizer: BPE tokens per word or punctuation mark, rounded up (an estimate)
 _WORD = re.compile(r"\w+|[^\w\s]")
