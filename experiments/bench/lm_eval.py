@@ -318,7 +318,7 @@ def main(argv=None):
     if args.backend:
         return run_backend(args)
 
-    rows = args.rows.split(",") + [t for t in args.tasks.split(",") if t]
+    rows = [r for r in f"{args.rows},{args.tasks}".split(",") if r]  # `--rows= --tasks=T`: your tasks alone
     with tempfile.TemporaryDirectory() as task_dir:
         write_tasks(task_dir)
         reports = {}
