@@ -266,6 +266,14 @@ def fn(x):
 '''
 
 
+def _terminated(child: subprocess.Popen) -> tuple[float, str]:
+    """(seconds from SIGTERM to exit, stderr) of ``child``."""
+    sent = time.monotonic()
+    child.send_signal(signal.SIGTERM)
+    _, err = child.communicate(timeout=60)
+    return time.monotonic() - sent, err
+
+
 def test_a_stop_signal_ends_a_run_blocked_in_xla_within_30_s_and_the_finished_stages_are_kept(tmp_path):
     (tmp_path / "spinning.py").write_text(textwrap.dedent(SPINNING))
     out = tmp_path / "run"
@@ -281,10 +289,7 @@ def test_a_stop_signal_ends_a_run_blocked_in_xla_within_30_s_and_the_finished_st
             time.sleep(0.5)
         time.sleep(3)  # scale 5's first batch: spinning in XLA
         assert child.poll() is None
-        sent = time.monotonic()
-        child.send_signal(signal.SIGTERM)
-        _, err = child.communicate(timeout=60)
-        took = time.monotonic() - sent
+        took, err = _terminated(child)
     finally:
         if child.poll() is None:
             child.kill()
@@ -328,10 +333,7 @@ def test_a_stop_signal_does_not_wait_for_the_programs_xla_is_still_running(tmp_p
     try:
         assert child.stdout.readline() == "dispatched\n"
         time.sleep(2)
-        sent = time.monotonic()
-        child.send_signal(signal.SIGTERM)
-        _, err = child.communicate(timeout=60)
-        took = time.monotonic() - sent
+        took, err = _terminated(child)
     finally:
         if child.poll() is None:
             child.kill()
