@@ -271,9 +271,7 @@ def _vanished(found, error: Exception, tell: Callable[[str], None]) -> None:
 def metrics(row: dict) -> dict:
     """A row's numbers flat, as the in-loop callback's rows (proxies.jsonl) hold them, so that one
     plot joins a run's in-loop history and its sweep: {name: value, name_stderr: standard error}."""
-    out = {k: v["value"] for k, v in row["numbers"].items()}
-    out.update({f"{k}{stages_lib.STDERR}": v["stderr"] for k, v in row["numbers"].items() if v["stderr"] is not None})
-    return out
+    return stages_lib.flat({k: Number(v["value"], v["stderr"]) for k, v in row["numbers"].items()})
 
 
 def _guarded(found, job: Sweep) -> dict:
